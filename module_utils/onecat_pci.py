@@ -1,0 +1,1 @@
+../onecat/pci.py

@@ -1,0 +1,1 @@
+../onecat/preflight.py

@@ -1,0 +1,5 @@
+import sys
+
+from onecat.cli import main
+
+sys.exit(main())

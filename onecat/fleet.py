@@ -1,0 +1,72 @@
+"""`onecat fleet up|down`: the local simulated fleet (Debian 12 systemd nodes in Docker).
+
+The fleet is a molecule scenario; this module only finds the tools and runs them,
+so what a newcomer starts by hand is exactly what CI converges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NODE_IMAGE_BUILDER = REPO / "tools" / "node-image" / "build.sh"
+
+
+def _tool(name: str) -> str | None:
+    """Prefer the tool installed beside this Python (the project's venv), then PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+def _fail(message: str) -> int:
+    print(f"onecat fleet: {message}", file=sys.stderr)
+    return 2
+
+
+def _run(command: list[str]) -> int:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.call(command, cwd=REPO, env=env)
+
+
+def fleet(args: argparse.Namespace) -> int:
+    if not (REPO / "molecule" / args.scenario / "molecule.yml").exists():
+        return _fail(f"no molecule scenario '{args.scenario}' under {REPO / 'molecule'}")
+    molecule = _tool("molecule")
+    if molecule is None:
+        return _fail("molecule is not installed: run `pip install -e '.[test]'` in the repo")
+    if subprocess.call(["docker", "info"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+        return _fail("Docker is not running: start it (`systemctl start docker` or `dockerd &`)")
+    if args.action == "down":
+        return _run([molecule, "destroy", "-s", args.scenario])
+    status = _run(["bash", str(NODE_IMAGE_BUILDER)])
+    if status:
+        return _fail("building the node image failed (see above)")
+    steps = ["create", "converge"] if args.converge else ["create"]
+    for step in steps:
+        status = _run([molecule, step, "-s", args.scenario])
+        if status:
+            return status
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "fleet",
+        help="bring the local simulated fleet up or down",
+        description="Create (up) or destroy (down) the simulated 2xV100 fleet in Docker.",
+    )
+    parser.add_argument("action", choices=("up", "down"))
+    parser.add_argument(
+        "--scenario", default="default", help="molecule scenario (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--converge",
+        action="store_true",
+        help="with up: also run site.yml against the fleet",
+    )
+    parser.set_defaults(func=fleet)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Install what onecat's tests and its simulated fleet need on a Debian 12 / Ubuntu
+# machine, as root: Debian packages, a running Docker daemon, the project venv
+# and the node image. Safe to run again: each step checks before it acts.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${repo}"
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  log "run me as root: I install Debian packages and start dockerd"
+  exit 2
+fi
+
+packages=(docker.io debootstrap python3-venv gcc libc6-dev tar gzip ca-certificates git
+  dpkg-dev gnupg)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "${pkg}" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("${pkg}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  if [ -d /run/systemd/system ]; then
+    log "starting docker through systemd"
+    systemctl start docker
+  else
+    log "starting dockerd (no systemd here); log in /var/log/onecat-dockerd.log"
+    nohup dockerd >/var/log/onecat-dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  docker info >/dev/null 2>&1 || { log "dockerd did not come up; see /var/log/onecat-dockerd.log"; exit 1; }
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  log "creating the project venv in .venv"
+  python3 -m venv .venv
+fi
+stamp=".venv/.onecat-installed"
+if [ ! -f "${stamp}" ] || [ pyproject.toml -nt "${stamp}" ] || [ constraints.txt -nt "${stamp}" ]; then
+  log "installing onecat and its test tools into .venv (pinned by constraints.txt)"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -c constraints.txt -e '.[test]'
+  touch "${stamp}"
+fi
+
+log "building (or reusing) the Debian 12 systemd node image"
+bash tools/node-image/build.sh >/dev/null
