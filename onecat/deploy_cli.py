@@ -1,0 +1,50 @@
+"""`onecat deploy`: roll site.yml out to a fleet through ansible-runner."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from onecat.runner import print_outcome, run_playbook
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options every fleet command shares with ansible-playbook."""
+    parser.add_argument("-i", "--inventory", required=True, help="inventory file or folder")
+    parser.add_argument("--limit", help="only these hosts or groups (ansible --limit)")
+    parser.add_argument("--check", action="store_true", help="change nothing, report what would")
+    parser.add_argument(
+        "-e", "--extra-vars", action="append", default=[], metavar="VARS",
+        help="extra variables, as for ansible-playbook (repeatable)",
+    )
+    parser.add_argument("--tags", help="only the stages with these tags")
+    parser.add_argument("--quiet", action="store_true", help="no live progress")
+
+
+def run_fleet_command(args: argparse.Namespace, playbook: str) -> int:
+    if not Path(args.inventory).exists():
+        print(f"onecat: inventory {args.inventory} not found: pass -i with an inventory "
+              "file such as inventory/v100-hosts.yml", file=sys.stderr)
+        return 2
+    outcome = run_playbook(
+        playbook,
+        args.inventory,
+        limit=args.limit,
+        check=args.check,
+        extra_vars=args.extra_vars,
+        tags=args.tags,
+        quiet=args.quiet,
+    )
+    print_outcome(outcome)
+    return 0 if outcome.rc == 0 and not outcome.failed_hosts else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "deploy",
+        help="roll the whole stack out to a fleet (site.yml)",
+        description="Run site.yml through ansible-runner with live per-host progress.",
+    )
+    add_run_options(parser)
+    parser.set_defaults(func=lambda args: run_fleet_command(args, "site.yml"))
