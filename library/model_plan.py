@@ -1,0 +1,175 @@
+#!/usr/bin/python
+"""Ansible module: plan a model directory on this node's GPUs (read-only)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: model_plan
+short_description: Check on the node whether a model can be served on its GPUs, and with which flags
+description:
+  - Reads the model directory's C(config.json), C(hf_quant_config.json),
+    C(generation_config.json) and the safetensors headers (never the tensor data), detects
+    the real quantization format from the metadata and the tensors, checks the engine can
+    load it on this GPU, and computes weights and KV cache per GPU, how many full-length
+    sequences fit, suggestions and the recommended engine flags.
+  - The same planner as C(onecat plan); the result is returned as C(plan).
+  - By default fails when the model does not fit or has problems, with the planner's reasons
+    and computed suggestions, so a play never installs a server that cannot start.
+version_added: "0.1.0"
+author: onecat developers
+options:
+  model_dir:
+    description: Model directory on the node.
+    type: path
+    required: true
+  gpus:
+    description: GPUs on the node.
+    type: int
+    default: 2
+  gpu_memory_gib:
+    description: Memory of one GPU in GiB.
+    type: float
+    default: 16.0
+  gpu_memory_utilization:
+    description: Share of each GPU the engine reserves (C(--gpu-memory-utilization)).
+    type: float
+    default: 0.9
+  max_model_len:
+    description: Context length per sequence (C(--max-model-len)).
+    type: int
+    default: 8192
+  tensor_parallel_size:
+    description: Tensor parallel size; at most O(gpus).
+    type: int
+    default: 2
+  kv_cache_dtype:
+    description: KV cache element type; C(auto) is float16 on V100.
+    type: str
+    choices: [auto, fp8_e5m2]
+    default: auto
+  engine:
+    description: Serving engine.
+    type: str
+    choices: [1cat-vllm, vllm]
+    default: 1cat-vllm
+  engine_version:
+    description:
+      - Engine release. Unset means 1.5.0 for C(1cat-vllm); upstream C(vllm) rules ignore it.
+    type: str
+  compute_capability:
+    description: GPU compute capability, as C(7.0).
+    type: str
+    default: "7.0"
+  overhead_gib:
+    description: Per-GPU memory for the CUDA context, NCCL, CUDA graphs and activations.
+    type: float
+    default: 1.5
+  health:
+    description:
+      - The C(gpu_health) facts (or a dict wrapping them under C(gpu_health)). A PCIe-only
+        GPU pair adds C(--disable-custom-all-reduce) under tensor parallel.
+    type: dict
+  fail_on_misfit:
+    description: Fail when the model does not fit or the plan has problems.
+    type: bool
+    default: true
+notes:
+  - Check mode is supported; the module never changes the node.
+seealso:
+  - name: onecat plan
+    description: The same planner on the command line (C(onecat plan MODEL_DIR --json)).
+    link: https://example.invalid/onecat/docs/plan.md
+"""
+
+EXAMPLES = r"""
+- name: Plan the model on this node's GPUs.
+  model_plan:
+    model_dir: /models/qwen2.5-14b-instruct-nvfp4
+    max_model_len: 8192
+    health: "{{ ansible_facts['gpu_health'] | default(omit) }}"
+  register: serve_plan
+
+- name: Show the recommended engine flags.
+  ansible.builtin.debug:
+    var: serve_plan.plan.serve_args
+"""
+
+RETURN = r"""
+plan:
+  description: The planner's result (the same object as C(onecat plan --json)).
+  returned: when the model directory could be read
+  type: dict
+  sample:
+    model_type: qwen2
+    architecture: Qwen2ForCausalLM
+    quant_format: nvfp4-compressed-tensors
+    problems: []
+    warnings: ["bfloat16 checkpoint parts: V100 has no BF16, so they are served as float16"]
+    engine: {name: 1cat-vllm, version: 1.5.0, compatible: true, reason: "..."}
+    weight_bytes: 10546323456
+    weight_bytes_per_gpu: 5273161728
+    kv_cache_bytes_per_token: 196608
+    kv_cache_bytes_per_gpu: 8579434905
+    max_kv_tokens: 87248
+    max_concurrency_at_max_model_len: 10
+    fits: true
+    ok: true
+    suggestions: []
+    serve_args:
+      --dtype: half
+      --tensor-parallel-size: 2
+      --max-model-len: 8192
+      --gpu-memory-utilization: 0.9
+      --max-num-seqs: 40
+      --attention-backend: FLASH_ATTN_V100
+    serve_env: {}
+msg:
+  description: One line saying whether and how the model fits.
+  returned: always
+  type: str
+"""
+
+import platform
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.onecat_memory_plan import INVALID_INPUT, misfit_message, plan_model
+
+PLANNER_OPTIONS = ("gpus", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len",
+                   "tensor_parallel_size", "kv_cache_dtype", "engine", "engine_version",
+                   "compute_capability", "overhead_gib")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "model_dir": {"type": "path", "required": True},
+            "gpus": {"type": "int", "default": 2},
+            "gpu_memory_gib": {"type": "float", "default": 16.0},
+            "gpu_memory_utilization": {"type": "float", "default": 0.9},
+            "max_model_len": {"type": "int", "default": 8192},
+            "tensor_parallel_size": {"type": "int", "default": 2},
+            "kv_cache_dtype": {"type": "str", "default": "auto", "choices": ["auto", "fp8_e5m2"]},
+            "engine": {"type": "str", "default": "1cat-vllm", "choices": ["1cat-vllm", "vllm"]},
+            "engine_version": {"type": "str"},
+            "compute_capability": {"type": "str", "default": "7.0"},
+            "overhead_gib": {"type": "float", "default": 1.5},
+            "health": {"type": "dict"},
+            "fail_on_misfit": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    host = platform.node() or "this host"
+    try:
+        plan = plan_model(params["model_dir"], health=params["health"],
+                          **{name: params[name] for name in PLANNER_OPTIONS})
+    except INVALID_INPUT as error:
+        module.fail_json(msg=f"{host}: cannot plan the model: {error}")
+    if not plan["ok"] and params["fail_on_misfit"]:
+        module.fail_json(msg=misfit_message(plan, host), plan=plan)
+    module.exit_json(changed=False, plan=plan, msg=f"{host}: {plan['fit_reason']}")
+
+
+if __name__ == "__main__":
+    main()

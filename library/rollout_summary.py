@@ -1,0 +1,92 @@
+#!/usr/bin/python
+"""Ansible module: write the fleet rollout summary (rollout.json) on the controller."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: rollout_summary
+short_description: Summarise a onecat rollout per host and write rollout.json
+description:
+  - Takes the facts each stage recorded per host (stage reached, preflight and health
+    judgements, serve state) and returns one row per host with its status, verdict,
+    serving or not, rolled back or not, and the reasons a host was held out.
+  - Writes the summary as JSON to I(dest) (not in check mode). Meant to run once, on the
+    controller. Writing it is never reported as a change: it is the run's log.
+version_added: "0.1.0"
+author: onecat developers
+options:
+  hosts:
+    description: Host name to its facts (C(onecat_stage), C(onecat_stages_passed),
+      C(onecat_preflight), C(gpu_health), C(onecat_serve)).
+    type: dict
+    required: true
+  run_id:
+    description: Id of this run, written into the summary.
+    type: str
+    default: ""
+  dest:
+    description: Path of the JSON file to write; its folder is created.
+    type: path
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Write the rollout summary.
+  rollout_summary:
+    hosts: "{{ dict(groups['v100'] | zip(groups['v100'] | map('extract', hostvars))) }}"
+    run_id: "{{ onecat_run_id }}"
+    dest: results/{{ onecat_run_id }}/rollout.json
+"""
+
+RETURN = r"""
+summary:
+  description: The summary written to I(dest).
+  returned: always
+  type: dict
+table:
+  description: The summary as a fixed-width table, one line per host.
+  returned: always
+  type: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.onecat_rollout import render_table, summarize
+
+FACT_KEYS = ("onecat_stage", "onecat_stages_passed", "onecat_preflight", "gpu_health",
+             "onecat_serve")
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "hosts": {"type": "dict", "required": True},
+            "run_id": {"type": "str", "default": ""},
+            "dest": {"type": "path", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    hosts = {
+        name: {key: (facts or {}).get(key) for key in FACT_KEYS}
+        for name, facts in module.params["hosts"].items()
+    }
+    summary = summarize(hosts, module.params["run_id"])
+    text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    dest = module.params["dest"]
+    # The summary is this run's log on the controller, not a change to any host: it is
+    # never reported as changed, so an idempotent re-run stays at changed=0.
+    if not module.check_mode:
+        try:
+            os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+            with open(dest, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as error:
+            module.fail_json(msg=f"cannot write the rollout summary to {dest}: {error}")
+    module.exit_json(changed=False, summary=summary, table=render_table(summary))
+
+
+if __name__ == "__main__":
+    main()

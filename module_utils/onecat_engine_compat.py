@@ -1,0 +1,1 @@
+../onecat/engine_compat.py

@@ -1,0 +1,1 @@
+../onecat/memory_plan.py

@@ -1,0 +1,1 @@
+../onecat/model_inspect.py

@@ -1,0 +1,1 @@
+../onecat/rollout.py

@@ -1,0 +1,1 @@
+../onecat/safetensors_header.py

@@ -1,0 +1,343 @@
+"""Inspect a model directory: architecture, dimensions and the real quantization format.
+
+Stdlib only: this file also ships to nodes as ``module_utils/onecat_model_inspect.py``.
+
+The format is read twice, from the metadata (config.json ``quantization_config``,
+hf_quant_config.json, ``torch_dtype``) and from the tensors themselves (names and
+dtypes in the safetensors headers). The tensors decide ``quant_format``; any
+disagreement is a problem, because the engine trusts the metadata and a wrong
+one loads packed integers as the wrong thing (garbage output or a load failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from typing import Any
+
+try:  # On a node this file is imported as ansible.module_utils.onecat_model_inspect.
+    from ansible.module_utils.onecat_safetensors_header import (
+        CheckpointError,
+        Tensor,
+        read_checkpoint,
+    )
+except ImportError:
+    from onecat.safetensors_header import CheckpointError, Tensor, read_checkpoint
+
+QUANT_FORMATS = (
+    "nvfp4-compressed-tensors", "nvfp4-modelopt", "awq", "gptq", "fp8", "fp16", "bf16", "unknown",
+)
+NVFP4_FORMATS = ("nvfp4-compressed-tensors", "nvfp4-modelopt")
+FLOAT_FORMATS = {"F16": "fp16", "BF16": "bf16"}
+
+# Linear layers vLLM splits along their output dimension under tensor parallel.
+COLUMN_PARALLEL = frozenset({
+    "q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "W_pack",
+    "gate_proj", "up_proj", "gate_up_proj", "w1", "w3", "fc1", "c_fc", "dense_h_to_4h",
+    "in_proj", "in_proj_qkvz", "in_proj_ba",
+})
+# Linear layers vLLM splits along their input dimension (their bias stays whole on every rank).
+ROW_PARALLEL = frozenset({
+    "o_proj", "down_proj", "dense", "out_proj", "w2", "fc2", "c_proj", "dense_4h_to_h", "wo",
+})
+# Embedding and output head: VocabParallelEmbedding / ParallelLMHead split them by vocab rows.
+VOCAB_PARALLEL = frozenset({
+    "embed_tokens", "lm_head", "wte", "word_embeddings", "embed_in", "embed_out", "tok_embeddings",
+})
+LINEAR_LEAVES = COLUMN_PARALLEL | ROW_PARALLEL
+
+SEED_NVFP4_PROBLEM = (
+    "config.json quantization_config says quant_method 'nvfp4' (the seed article's example with "
+    "block_shape/group_size 128): that is not a real checkpoint format and vLLM refuses it "
+    "('Unknown quantization method: nvfp4'). A real NVFP4 checkpoint says either quant_method "
+    "'compressed-tensors' with format 'nvfp4-pack-quantized' (weights num_bits 4, type float, "
+    "strategy tensor_group, group_size 16; tensors weight_packed/weight_scale/"
+    "weight_global_scale) or comes from ModelOpt with hf_quant_config.json "
+    "{\"quantization\": {\"quant_algo\": \"NVFP4\", \"group_size\": 16}} (tensors weight/"
+    "weight_scale/weight_scale_2/input_scale): fetch the checkpoint's real config"
+)
+
+
+def load_json(path: str, required: bool) -> dict[str, Any] | None:
+    """A JSON object from disk; None when optional and absent; CheckpointError otherwise."""
+    if not os.path.exists(path):
+        if required:
+            raise CheckpointError(
+                f"{os.path.dirname(path) or '.'}: no {os.path.basename(path)} "
+                "(is this a Hugging Face model directory?)"
+            )
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: unreadable JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: not a JSON object")
+    return data
+
+
+def _first(cfg: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return None
+
+
+def model_dims(config: dict[str, Any], path: str) -> dict[str, Any]:
+    """The dimensions that size the KV cache, from the text part of the config."""
+    cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    layers = _first(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _first(cfg, "num_attention_heads", "n_head")
+    hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
+    missing = [
+        key for key, value in
+        (("num_hidden_layers", layers), ("num_attention_heads", heads), ("hidden_size", hidden))
+        if not isinstance(value, int) or value <= 0
+    ]
+    if missing:
+        raise CheckpointError(f"{path}: lacks {', '.join(missing)}: cannot size the KV cache")
+    kv_heads = _first(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv")
+    if kv_heads is None:
+        kv_heads = 1 if cfg.get("multi_query") else heads
+    if not isinstance(kv_heads, int) or kv_heads <= 0:
+        raise CheckpointError(f"{path}: num_key_value_heads {kv_heads!r} is not a positive integer")
+    # head_dim: the config's own value when it sets one (Qwen3, Gemma: not hidden/heads).
+    explicit = isinstance(cfg.get("head_dim"), int) and cfg["head_dim"] > 0
+    head_dim = cfg["head_dim"] if explicit else hidden // heads
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == layers:
+        # Linear-attention (Gated DeltaNet, Mamba) layers hold a fixed state, not a KV cache.
+        kv_layers = sum(1 for kind in layer_types if "linear" not in str(kind))
+    else:
+        kv_layers = layers
+    return {
+        "num_hidden_layers": layers,
+        "kv_layers": kv_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(kv_heads),
+        "head_dim": int(head_dim),
+        "head_dim_explicit": explicit,
+        "hidden_size": hidden,
+        "intermediate_size": cfg.get("intermediate_size"),
+        "vocab_size": cfg.get("vocab_size") or config.get("vocab_size"),
+        "max_position_embeddings": _first(cfg, "max_position_embeddings", "n_positions"),
+        "tie_word_embeddings": bool(
+            _first(cfg, "tie_word_embeddings") or config.get("tie_word_embeddings")
+        ),
+    }
+
+
+def metadata_format(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> dict[str, Any]:
+    """What the metadata claims: format (or None), where it says so, and KV-cache quantization."""
+    qcfg = config.get("quantization_config")
+    if not isinstance(qcfg, dict) and isinstance(config.get("text_config"), dict):
+        qcfg = config["text_config"].get("quantization_config")
+    result: dict[str, Any] = {"format": None, "source": None, "claim": None,
+                              "seed_nvfp4": False, "kv_cache_quantized": False}
+    if isinstance(qcfg, dict):
+        method = str(qcfg.get("quant_method", "")).lower()
+        result["source"] = "config.json quantization_config"
+        result["claim"] = f"quant_method {method!r}"
+        if method == "compressed-tensors":
+            result["format"] = _compressed_tensors_format(qcfg)
+            result["claim"] += f", format {qcfg.get('format')!r}"
+            result["kv_cache_quantized"] = qcfg.get("kv_cache_scheme") is not None
+        elif method in ("modelopt", "modelopt_fp4"):
+            algo = str(_first(qcfg, "quant_algo") or
+                       (qcfg.get("quantization") or {}).get("quant_algo") or "").upper()
+            if method == "modelopt_fp4" or algo == "NVFP4":
+                result["format"] = "nvfp4-modelopt"
+            elif algo.startswith("FP8"):
+                result["format"] = "fp8"
+            else:
+                result["format"] = "unknown"
+            result["kv_cache_quantized"] = qcfg.get("kv_cache_quant_algo") is not None
+        elif method in ("awq", "awq_marlin"):
+            result["format"] = "awq"
+        elif method in ("gptq", "gptq_marlin"):
+            result["format"] = "gptq"
+        elif method == "fp8":
+            result["format"] = "fp8"
+        elif method == "nvfp4":
+            result["seed_nvfp4"] = True
+        else:
+            result["format"] = "unknown"
+    if hf_quant is not None:
+        quant = hf_quant.get("quantization")
+        quant = quant if isinstance(quant, dict) else {}
+        algo = str(quant.get("quant_algo") or "").upper()
+        # vLLM reads hf_quant_config.json only when config.json has no quantization_config.
+        if result["source"] is None:
+            result["source"] = "hf_quant_config.json"
+            result["claim"] = f"quant_algo {algo!r}"
+            result["format"] = ("nvfp4-modelopt" if algo == "NVFP4"
+                                else "fp8" if algo.startswith("FP8") else "unknown")
+        result["kv_cache_quantized"] = (result["kv_cache_quantized"]
+                                        or quant.get("kv_cache_quant_algo") is not None)
+    if result["source"] is None:
+        dtype = str(_first(config, "torch_dtype", "dtype") or "").replace("torch.", "")
+        result["source"] = "config.json torch_dtype"
+        result["claim"] = f"unquantized {dtype or 'dtype not set'}"
+        result["format"] = {"float16": "fp16", "bfloat16": "bf16"}.get(dtype)
+    return result
+
+
+def _compressed_tensors_format(qcfg: dict[str, Any]) -> str:
+    if qcfg.get("format") == "nvfp4-pack-quantized":
+        return "nvfp4-compressed-tensors"
+    groups = qcfg.get("config_groups") or {}
+    for group in groups.values() if isinstance(groups, dict) else []:
+        weights = (group or {}).get("weights") or {}
+        if weights.get("type") == "float" and weights.get("num_bits") == 4:
+            return "nvfp4-compressed-tensors"
+        if weights.get("type") == "float" and weights.get("num_bits") == 8:
+            return "fp8"
+    return "unknown"
+
+
+def tensor_format(tensors: dict[str, Tensor]) -> tuple[str, str | None, Counter[str]]:
+    """The format the tensors show: (format, an example tensor name, per-module format counts)."""
+    modules: dict[str, dict[str, Tensor]] = {}
+    for name, tensor in tensors.items():
+        module, _, param = name.rpartition(".")
+        modules.setdefault(module, {})[param] = tensor
+    counts: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for module, params in modules.items():
+        kind = _module_format(module, params)
+        if kind is not None:
+            counts[kind] += 1
+            examples.setdefault(kind, module)
+    quantized = [kind for kind, _ in counts.most_common() if kind not in ("fp16", "bf16", "fp32")]
+    if quantized:
+        kind = quantized[0]
+    elif counts:
+        kind = counts.most_common(1)[0][0]
+    else:
+        return "unknown", None, counts
+    return (kind if kind in QUANT_FORMATS else "unknown"), examples[kind], counts
+
+
+def _module_format(module: str, params: dict[str, Tensor]) -> str | None:
+    """One module's layout, or None for modules that are not linear layers (norms, embeddings)."""
+    if "weight_packed" in params:
+        packed, scale = params["weight_packed"], params.get("weight_scale")
+        if packed.dtype == "U8" and scale is not None and scale.dtype == "F8_E4M3":
+            return "nvfp4-compressed-tensors"
+        return "compressed-tensors-int"
+    if "qweight" in params:
+        if "g_idx" in params:
+            return "gptq"
+        qweight, scales = params["qweight"], params.get("scales")
+        if scales is not None and len(qweight.shape) == 2 and len(scales.shape) == 2:
+            # AWQ packs 8 int4 along the output dim, GPTQ along the input dim.
+            return "gptq" if qweight.shape[1] == scales.shape[1] else "awq"
+        return "awq"
+    weight = params.get("weight")
+    if weight is None:
+        return None
+    scale = params.get("weight_scale")
+    if weight.dtype in ("U8", "F4") and scale is not None and scale.dtype == "F8_E4M3":
+        return "nvfp4-modelopt"
+    if weight.dtype in ("F8_E4M3", "F8_E5M2"):
+        return "fp8"
+    leaf = module.rpartition(".")[2]
+    if leaf in LINEAR_LEAVES and len(weight.shape) == 2:
+        return FLOAT_FORMATS.get(weight.dtype, "fp32" if weight.dtype == "F32" else "unknown")
+    return None
+
+
+def compare_formats(meta: dict[str, Any], tensors_fmt: str, example: str | None,
+                    counts: Counter[str]) -> tuple[list[str], list[str]]:
+    """Problems and warnings from the metadata/tensor comparison."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    claimed = meta["format"]
+    seen = f"{tensors_fmt} tensors (e.g. {example})" if example else f"{tensors_fmt} tensors"
+    if meta["seed_nvfp4"]:
+        problems.append(SEED_NVFP4_PROBLEM)
+    nvfp4_claim = meta["seed_nvfp4"] or claimed in NVFP4_FORMATS
+    if nvfp4_claim and tensors_fmt in ("awq", "gptq"):
+        problems.append(
+            f"mismatch: {meta['source']} says NVFP4 but the tensors use `qweight` int32 packing "
+            f"({tensors_fmt.upper()} layout, e.g. {example}.qweight): this is an {tensors_fmt} "
+            "checkpoint; served as NVFP4 it fails to load or produces garbage. Use the NVFP4 "
+            f"checkpoint, or restore the original {tensors_fmt} quantization_config"
+        )
+    elif claimed in ("fp16", "bf16", None) and tensors_fmt not in ("fp16", "bf16", "unknown") \
+            and not meta["seed_nvfp4"]:
+        problems.append(
+            f"mismatch: {meta['source']} claims {meta['claim']} but the checkpoint has {seen}: "
+            "the engine would load packed quantized tensors as plain weights; restore the "
+            "checkpoint's quantization_config (or hf_quant_config.json)"
+        )
+    elif claimed in ("fp16", "bf16") and tensors_fmt in ("fp16", "bf16") and claimed != tensors_fmt:
+        warnings.append(
+            f"config.json says {meta['claim']} but the weights are {tensors_fmt}; both are served "
+            "as float16 on V100"
+        )
+    elif claimed is not None and claimed != "unknown" and tensors_fmt != "unknown" \
+            and claimed != tensors_fmt:
+        problems.append(
+            f"mismatch: {meta['source']} says {claimed} ({meta['claim']}) but the checkpoint has "
+            f"{seen}: re-download the checkpoint or its config so they agree"
+        )
+    if claimed == "unknown":
+        warnings.append(f"{meta['source']} {meta['claim']} is not a format this planner knows")
+    mixed = [kind for kind in counts if kind not in ("fp16", "bf16", "fp32", tensors_fmt)]
+    if tensors_fmt not in ("fp16", "bf16", "fp32") and mixed:
+        problems.append(
+            f"mixed quantization layouts in one checkpoint: {tensors_fmt} and {', '.join(mixed)}"
+        )
+    if "compressed-tensors-int" in counts:
+        warnings.append(
+            "compressed-tensors integer pack-quantized (W4A16 int) layers found: not NVFP4"
+        )
+    if "fp32" in counts and tensors_fmt == "fp32":
+        warnings.append("float32 linear weights: the engine casts them to float16 (half the bytes)")
+    return problems, warnings
+
+
+def inspect_model(model_dir: str) -> dict[str, Any]:
+    """Everything the planner needs from a model directory; CheckpointError on invalid input."""
+    if not os.path.isdir(model_dir):
+        raise CheckpointError(f"{model_dir}: no such model directory")
+    config_path = os.path.join(model_dir, "config.json")
+    config = load_json(config_path, required=True) or {}
+    hf_quant = load_json(os.path.join(model_dir, "hf_quant_config.json"), required=False)
+    generation = load_json(os.path.join(model_dir, "generation_config.json"), required=False)
+    dims = model_dims(config, config_path)
+    tensors = read_checkpoint(model_dir)
+    meta = metadata_format(config, hf_quant)
+    found, example, counts = tensor_format(tensors)
+    problems, warnings = compare_formats(meta, found, example, counts)
+    quant_format = found if found != "unknown" else (meta["format"] or "unknown")
+    if quant_format == "fp32":
+        quant_format = "unknown"
+    dtype = str(_first(config, "torch_dtype", "dtype") or "").replace("torch.", "")
+    if dtype == "bfloat16" or any(t.dtype == "BF16" for t in tensors.values()):
+        warnings.append(
+            "bfloat16 checkpoint parts: V100 has no BF16, so they are served as float16 "
+            "(--dtype half); values beyond float16's range (65504) would overflow"
+        )
+    architectures = config.get("architectures") or []
+    return {
+        "model_dir": model_dir,
+        "model_type": config.get("model_type"),
+        "architecture": architectures[0] if architectures else None,
+        "torch_dtype": dtype or None,
+        "dims": dims,
+        "metadata": meta,
+        "tensor_format": found,
+        "quant_format": quant_format,
+        "problems": problems,
+        "warnings": warnings,
+        "generation_defaults": {
+            key: generation[key] for key in
+            ("temperature", "top_p", "top_k", "repetition_penalty", "max_new_tokens")
+            if generation and key in generation
+        },
+        "tensors": tensors,
+    }

@@ -1,0 +1,73 @@
+"""Summarise a rollout per host: the stage it reached, its verdict, serving or not, and why.
+
+Stdlib only: this file also ships as ``module_utils/onecat_rollout.py`` for the
+``rollout_summary`` module that the report stage runs on the controller.
+Input per host is the small subset of its hostvars that the stages set:
+``onecat_stage`` (last stage entered), ``onecat_stages_passed``,
+``onecat_preflight``, ``gpu_health`` and ``onecat_serve``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+STAGES = ("preflight", "driver", "runtime", "health", "serve", "benchmark")
+
+
+def _reasons(stage: str, facts: Mapping[str, Any]) -> list[str]:
+    """Why a host stopped at ``stage``, from what that stage recorded."""
+    if stage == "preflight":
+        return list((facts.get("onecat_preflight") or {}).get("errors", []))
+    if stage == "health":
+        problems = (facts.get("gpu_health") or {}).get("problems", [])
+        return [p["message"] for p in problems if p.get("severity") == "error"]
+    if stage == "serve":
+        reason = (facts.get("onecat_serve") or {}).get("reason")
+        return [reason] if reason else []
+    return []
+
+
+def summarize_host(host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
+    stage = facts.get("onecat_stage") or "not reached"
+    passed = list(facts.get("onecat_stages_passed") or [])
+    serve = facts.get("onecat_serve") or {}
+    held = stage != "not reached" and stage not in passed
+    reasons = _reasons(stage, facts) if held else []
+    if held and not reasons:
+        reasons = [f"failed during the {stage} stage: see this run's log for the task"]
+    return {
+        "host": host,
+        "stage": stage,
+        "status": f"held at {stage}" if held else ("ok" if passed else "not run"),
+        "verdict": (facts.get("gpu_health") or {}).get("verdict"),
+        "serving": bool(serve.get("serving")),
+        "rolled_back": bool(serve.get("rolled_back")),
+        "image": serve.get("image_id"),
+        "reasons": reasons,
+    }
+
+
+def summarize(hosts: Mapping[str, Mapping[str, Any]], run_id: str = "") -> dict[str, Any]:
+    rows = [summarize_host(host, facts) for host, facts in sorted(hosts.items())]
+    return {
+        "run_id": run_id,
+        "hosts": rows,
+        "held": [row["host"] for row in rows if row["status"].startswith("held")],
+        "serving": [row["host"] for row in rows if row["serving"]],
+        "rolled_back": [row["host"] for row in rows if row["rolled_back"]],
+    }
+
+
+def render_table(summary: Mapping[str, Any]) -> str:
+    """A fixed-width table, one line per host, reasons indented below it."""
+    header = f"{'host':<20} {'stage':<10} {'status':<18} {'verdict':<10} {'serving':<8} rolled back"
+    lines = [header, "-" * len(header)]
+    for row in summary["hosts"]:
+        lines.append(
+            f"{row['host']:<20} {row['stage']:<10} {row['status']:<18} "
+            f"{row['verdict'] or '-':<10} {'yes' if row['serving'] else 'no':<8} "
+            f"{'yes' if row['rolled_back'] else 'no'}"
+        )
+        lines.extend(f"    - {reason}" for reason in row["reasons"])
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""The fleet summary says, per host, where it stopped and why."""
+
+from __future__ import annotations
+
+from onecat.rollout import render_table, summarize
+
+ECC = "GPU 1 (0000:d8:00.0, serial 0321) has 2 aggregate uncorrectable ECC errors: replace it"
+
+
+def test_summary_rows_for_served_held_and_preflight_stopped_hosts():
+    hosts = {
+        "node-a": {"onecat_stage": "serve",
+                   "onecat_stages_passed": ["preflight", "health", "serve"],
+                   "gpu_health": {"verdict": "healthy", "problems": []},
+                   "onecat_serve": {"serving": True, "image_id": "sha256:abc"}},
+        "node-c": {"onecat_stage": "health", "onecat_stages_passed": ["preflight"],
+                   "gpu_health": {"verdict": "unhealthy", "problems": [
+                       {"severity": "warning", "message": "GPU 0 runs at x8"},
+                       {"severity": "error", "message": ECC}]}},
+        "node-d": {"onecat_stage": "preflight", "onecat_stages_passed": [],
+                   "onecat_preflight": {"errors": ["no NVIDIA GPU found on the PCI bus"]}},
+        "node-e": {},
+    }
+    summary = summarize(hosts, run_id="r1")
+    rows = {row["host"]: row for row in summary["hosts"]}
+    assert rows["node-a"] == {
+        "host": "node-a", "stage": "serve", "status": "ok", "verdict": "healthy",
+        "serving": True, "rolled_back": False, "image": "sha256:abc", "reasons": [],
+    }
+    assert rows["node-c"]["status"] == "held at health"
+    assert rows["node-c"]["reasons"] == [ECC]
+    assert rows["node-d"]["reasons"] == ["no NVIDIA GPU found on the PCI bus"]
+    assert rows["node-e"]["status"] == "not run"
+    assert summary["held"] == ["node-c", "node-d"]
+    assert summary["serving"] == ["node-a"]
+    assert summary["run_id"] == "r1"
+
+
+def test_rolled_back_host_keeps_its_reason_and_unknown_failures_say_where():
+    hosts = {
+        "canary": {"onecat_stage": "serve", "onecat_stages_passed": ["preflight", "health"],
+                   "onecat_serve": {"serving": True, "rolled_back": True,
+                                    "reason": "smoke test returned one token repeated"}},
+        "other": {"onecat_stage": "runtime", "onecat_stages_passed": ["preflight", "driver"]},
+    }
+    summary = summarize(hosts)
+    rows = {row["host"]: row for row in summary["hosts"]}
+    assert rows["canary"]["reasons"] == ["smoke test returned one token repeated"]
+    assert rows["canary"]["serving"] is True
+    assert summary["rolled_back"] == ["canary"]
+    assert rows["other"]["reasons"] == [
+        "failed during the runtime stage: see this run's log for the task"
+    ]
+    table = render_table(summary).splitlines()
+    assert table[2].split() == ["canary", "serve", "held", "at", "serve", "-", "yes", "yes"]
+    assert table[3] == "    - smoke test returned one token repeated"
