@@ -1,0 +1,1 @@
+../onecat/health_judge.py

@@ -1,0 +1,736 @@
+/*
+ * A test double of NVIDIA's NVML (libnvidia-ml.so.1) for machines without a GPU.
+ *
+ * It exports the real function names with the real signatures, struct layouts
+ * and return codes (nvml.h), so the real pynvml loads it unchanged. What the
+ * "hardware" reports comes from a scenario file named by the environment
+ * variable ONECAT_NVML_DOUBLE_SCENARIO, read at nvmlInit time. Format: one
+ * `key = value` per line, `#` comments, `include = other.scenario` (relative
+ * to the including file; later keys win). A key that is absent makes the
+ * function answer NVML_ERROR_NOT_SUPPORTED, like a GPU or driver without that
+ * feature; a value `ERR:<code>` makes it answer that NVML return code.
+ * `fail.<function> = <code>` or `gpu.<i>.fail.<function> = <code>` makes a
+ * whole call fail. A function missing from an older driver (FUNCTION_NOT_FOUND
+ * in pynvml) is emulated at build time by hiding the symbol (see build.py).
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int nvmlReturn_t;
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_ERROR_UNKNOWN 999
+
+#define NVML_VALUE_NOT_AVAILABLE (~0ULL)
+#define NVML_MEMORY_V2_VERSION 0x02000028u
+#define MAX_DEVICES 16
+#define MAX_ENTRIES 8192
+#define MAX_INCLUDE_DEPTH 8
+
+typedef struct nvmlDevice_st {
+    unsigned int index;
+} *nvmlDevice_t;
+
+typedef struct {
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t; /* v3 layout */
+
+typedef struct {
+    char busId[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    unsigned int reserved0, reserved1, reserved2, reserved3;
+} nvmlPciInfo_v2_t; /* layout of nvmlDeviceGetPciInfo and _v2 */
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t; /* v2 and v3 share this layout */
+
+/* ---- scenario store ---------------------------------------------------- */
+
+static struct {
+    char *key;
+    char *value;
+} entries[MAX_ENTRIES];
+static int n_entries;
+static int init_refcount;
+static struct nvmlDevice_st devices[MAX_DEVICES];
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *end = s + strlen(s);
+    while (end > s && isspace((unsigned char)end[-1])) *--end = '\0';
+    return s;
+}
+
+static void clear_scenario(void) {
+    for (int i = 0; i < n_entries; i++) {
+        free(entries[i].key);
+        free(entries[i].value);
+    }
+    n_entries = 0;
+}
+
+static int load_file(const char *path, int depth) {
+    if (depth > MAX_INCLUDE_DEPTH) {
+        fprintf(stderr, "nvml double: include nesting too deep at %s\n", path);
+        return -1;
+    }
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "nvml double: cannot read scenario %s\n", path);
+        return -1;
+    }
+    char line[1024];
+    int rc = 0;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *eq = strchr(line, '=');
+        if (!eq) continue;
+        *eq = '\0';
+        char *key = trim(line), *value = trim(eq + 1);
+        if (!*key) continue;
+        if (strcmp(key, "include") == 0) {
+            char full[2048];
+            const char *slash = strrchr(path, '/');
+            if (value[0] != '/' && slash)
+                snprintf(full, sizeof full, "%.*s/%s", (int)(slash - path), path, value);
+            else
+                snprintf(full, sizeof full, "%s", value);
+            rc = load_file(full, depth + 1);
+            continue;
+        }
+        if (n_entries == MAX_ENTRIES) {
+            fprintf(stderr, "nvml double: too many keys in %s\n", path);
+            rc = -1;
+            break;
+        }
+        entries[n_entries].key = strdup(key);
+        entries[n_entries].value = strdup(value);
+        n_entries++;
+    }
+    fclose(f);
+    return rc;
+}
+
+/* The last definition of a key wins, so an including file can override. */
+static const char *lookup(const char *key) {
+    for (int i = n_entries - 1; i >= 0; i--)
+        if (strcmp(entries[i].key, key) == 0) return entries[i].value;
+    return NULL;
+}
+
+static nvmlReturn_t err_value(const char *v) {
+    return (strncmp(v, "ERR:", 4) == 0) ? (nvmlReturn_t)strtol(v + 4, NULL, 0) : NVML_SUCCESS;
+}
+
+static nvmlReturn_t get_str(const char *key, const char **out) {
+    const char *v = lookup(key);
+    if (!v) return NVML_ERROR_NOT_SUPPORTED;
+    nvmlReturn_t r = err_value(v);
+    if (r) return r;
+    *out = v;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t get_ull(const char *key, unsigned long long *out) {
+    const char *v;
+    nvmlReturn_t r = get_str(key, &v);
+    if (r) return r;
+    if (strcmp(v, "NA") == 0) {
+        *out = NVML_VALUE_NOT_AVAILABLE;
+        return NVML_SUCCESS;
+    }
+    *out = strtoull(v, NULL, 0);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t dev_ull(nvmlDevice_t d, const char *sub, unsigned long long *out) {
+    char key[256];
+    snprintf(key, sizeof key, "gpu.%u.%s", d->index, sub);
+    return get_ull(key, out);
+}
+
+static nvmlReturn_t dev_uint(nvmlDevice_t d, const char *sub, unsigned int *out) {
+    unsigned long long v;
+    nvmlReturn_t r = dev_ull(d, sub, &v);
+    if (r == NVML_SUCCESS) *out = (unsigned int)v;
+    return r;
+}
+
+static nvmlReturn_t dev_str(nvmlDevice_t d, const char *sub, const char **out) {
+    char key[256];
+    snprintf(key, sizeof key, "gpu.%u.%s", d->index, sub);
+    return get_str(key, out);
+}
+
+static unsigned int device_count(void) {
+    unsigned long long n = 0;
+    get_ull("device_count", &n);
+    return n > MAX_DEVICES ? MAX_DEVICES : (unsigned int)n;
+}
+
+static nvmlReturn_t copy_out(const char *value, char *buf, unsigned int length) {
+    if (!buf) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(value) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, value, strlen(value) + 1);
+    return NVML_SUCCESS;
+}
+
+/* Every entry point: initialised?, a valid handle?, a fault injected? */
+static nvmlReturn_t enter(const char *fn, nvmlDevice_t d) {
+    if (init_refcount == 0) return NVML_ERROR_UNINITIALIZED;
+    char key[256];
+    unsigned long long code;
+    if (d) {
+        if (d < devices || d >= devices + device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+        snprintf(key, sizeof key, "gpu.%u.fail.%s", d->index, fn);
+        if (get_ull(key, &code) == NVML_SUCCESS) return (nvmlReturn_t)code;
+    }
+    snprintf(key, sizeof key, "fail.%s", fn);
+    if (get_ull(key, &code) == NVML_SUCCESS) return (nvmlReturn_t)code;
+    return NVML_SUCCESS;
+}
+
+#define ENTER(d)                                        \
+    do {                                                \
+        nvmlReturn_t enter_rc_ = enter(__func__, (d));  \
+        if (enter_rc_) return enter_rc_;                \
+    } while (0)
+
+#define NEED(p)                                                \
+    do {                                                       \
+        if (!(p)) return NVML_ERROR_INVALID_ARGUMENT;          \
+    } while (0)
+
+/* ---- init, shutdown, errors ------------------------------------------- */
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    if (init_refcount > 0) {
+        init_refcount++;
+        return NVML_SUCCESS;
+    }
+    const char *path = getenv("ONECAT_NVML_DOUBLE_SCENARIO");
+    clear_scenario();
+    if (!path || !*path) {
+        fprintf(stderr, "nvml double: ONECAT_NVML_DOUBLE_SCENARIO is not set\n");
+        return NVML_ERROR_UNKNOWN;
+    }
+    if (load_file(path, 0) != 0) return NVML_ERROR_UNKNOWN;
+    unsigned long long init_rc = 0;
+    get_ull("init", &init_rc);
+    if (init_rc) return (nvmlReturn_t)init_rc;
+    for (unsigned int i = 0; i < MAX_DEVICES; i++) devices[i].index = i;
+    init_refcount = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlShutdown(void) {
+    if (init_refcount == 0) return NVML_ERROR_UNINITIALIZED;
+    init_refcount--;
+    return NVML_SUCCESS;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case 0: return "Success";
+    case 1: return "Uninitialized";
+    case 2: return "Invalid Argument";
+    case 3: return "Not Supported";
+    case 4: return "Insufficient Permissions";
+    case 5: return "Already Initialized";
+    case 6: return "Not Found";
+    case 7: return "Insufficient Size";
+    case 8: return "Insufficient External Power";
+    case 9: return "Driver Not Loaded";
+    case 10: return "Timeout";
+    case 11: return "Interrupt Request Issue";
+    case 12: return "NVML Shared Library Not Found";
+    case 13: return "Function Not Found";
+    case 14: return "Corrupted infoROM";
+    case 15: return "GPU is lost";
+    case 16: return "GPU requires restart";
+    case 17: return "The operating system has blocked the request.";
+    case 18: return "RM has detected an NVML/RM version mismatch.";
+    case 25: return "Argument version mismatch";
+    default: return "Unknown Error";
+    }
+}
+
+/* ---- system ------------------------------------------------------------ */
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    ENTER(NULL);
+    const char *v;
+    nvmlReturn_t r = get_str("driver_version", &v);
+    return r ? r : copy_out(v, version, length);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    ENTER(NULL);
+    const char *v;
+    nvmlReturn_t r = get_str("nvml_version", &v);
+    return r ? r : copy_out(v, version, length);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) {
+    ENTER(NULL);
+    NEED(cudaDriverVersion);
+    unsigned long long v;
+    nvmlReturn_t r = get_ull("cuda_driver_version", &v);
+    if (r == NVML_SUCCESS) *cudaDriverVersion = (int)v;
+    return r;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) {
+    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+}
+
+nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length) {
+    ENTER(NULL);
+    char key[64];
+    const char *v;
+    snprintf(key, sizeof key, "process.%u.name", pid);
+    if (!lookup(key)) return NVML_ERROR_NOT_FOUND;
+    nvmlReturn_t r = get_str(key, &v);
+    return r ? r : copy_out(v, name, length);
+}
+
+/* ---- enumeration ------------------------------------------------------- */
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
+    ENTER(NULL);
+    NEED(deviceCount);
+    *deviceCount = device_count();
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { return nvmlDeviceGetCount_v2(deviceCount); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    ENTER(NULL);
+    NEED(device);
+    if (index >= device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &devices[index];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    ENTER(device);
+    NEED(index);
+    *index = device->index;
+    return NVML_SUCCESS;
+}
+
+/* ---- identity ---------------------------------------------------------- */
+
+static nvmlReturn_t dev_string_out(nvmlDevice_t d, const char *sub, char *buf, unsigned int len) {
+    const char *v;
+    nvmlReturn_t r = dev_str(d, sub, &v);
+    return r ? r : copy_out(v, buf, len);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    ENTER(device);
+    return dev_string_out(device, "name", name, length);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    ENTER(device);
+    return dev_string_out(device, "uuid", uuid, length);
+}
+
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
+    ENTER(device);
+    return dev_string_out(device, "serial", serial, length);
+}
+
+static nvmlReturn_t read_pci(nvmlDevice_t d, unsigned int *domain, unsigned int *bus,
+                             unsigned int *dev, unsigned int *id, unsigned int *subsys) {
+    const char *bus_id;
+    nvmlReturn_t r = dev_str(d, "pci.bus_id", &bus_id);
+    if (r) return r;
+    if (sscanf(bus_id, "%x:%x:%x", domain, bus, dev) != 3) return NVML_ERROR_UNKNOWN;
+    *id = *subsys = 0;
+    dev_uint(d, "pci.device_id", id);
+    dev_uint(d, "pci.subsystem_id", subsys);
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t fill_pci_v3(nvmlDevice_t d, nvmlPciInfo_t *pci) {
+    memset(pci, 0, sizeof *pci);
+    nvmlReturn_t r = read_pci(d, &pci->domain, &pci->bus, &pci->device, &pci->pciDeviceId,
+                              &pci->pciSubSystemId);
+    if (r) return r;
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.0", pci->domain, pci->bus, pci->device);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0", pci->domain, pci->bus,
+             pci->device);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    ENTER(device);
+    NEED(pci);
+    return fill_pci_v3(device, pci);
+}
+
+static nvmlReturn_t fill_pci_legacy(nvmlDevice_t d, nvmlPciInfo_v2_t *pci) {
+    memset(pci, 0, sizeof *pci);
+    nvmlReturn_t r = read_pci(d, &pci->domain, &pci->bus, &pci->device, &pci->pciDeviceId,
+                              &pci->pciSubSystemId);
+    if (r) return r;
+    snprintf(pci->busId, sizeof pci->busId, "%04X:%02X:%02X.0", pci->domain, pci->bus, pci->device);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_v2_t *pci) {
+    ENTER(device);
+    NEED(pci);
+    return fill_pci_legacy(device, pci);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_v2_t *pci) {
+    ENTER(device);
+    NEED(pci);
+    return fill_pci_legacy(device, pci);
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor) {
+    ENTER(device);
+    NEED(major && minor);
+    const char *v;
+    nvmlReturn_t r = dev_str(device, "compute_capability", &v);
+    if (r) return r;
+    if (sscanf(v, "%d.%d", major, minor) != 2) return NVML_ERROR_UNKNOWN;
+    return NVML_SUCCESS;
+}
+
+/* ---- memory and ECC ---------------------------------------------------- */
+
+static nvmlReturn_t read_memory(nvmlDevice_t d, unsigned long long *total,
+                                unsigned long long *used) {
+    nvmlReturn_t r = dev_ull(d, "memory.total_mib", total);
+    if (r) return r;
+    r = dev_ull(d, "memory.used_mib", used);
+    if (r) return r;
+    *total <<= 20;
+    *used <<= 20;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    ENTER(device);
+    NEED(memory);
+    unsigned long long total, used;
+    nvmlReturn_t r = read_memory(device, &total, &used);
+    if (r) return r;
+    memory->total = total;
+    memory->used = used;
+    memory->free = total - used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    ENTER(device);
+    NEED(memory);
+    if (memory->version != NVML_MEMORY_V2_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned long long total, used, reserved = 0;
+    nvmlReturn_t r = read_memory(device, &total, &used);
+    if (r) return r;
+    dev_ull(device, "memory.reserved_mib", &reserved);
+    reserved <<= 20;
+    memory->total = total;
+    memory->reserved = reserved;
+    memory->used = used;
+    memory->free = total - used - reserved;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, int *current, int *pending) {
+    ENTER(device);
+    NEED(current && pending);
+    unsigned int cur, pend;
+    nvmlReturn_t r = dev_uint(device, "ecc.mode", &cur);
+    if (r) return r;
+    if (dev_uint(device, "ecc.pending_mode", &pend) != NVML_SUCCESS) pend = cur;
+    *current = (int)cur;
+    *pending = (int)pend;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType,
+                                         unsigned long long *eccCounts) {
+    ENTER(device);
+    NEED(eccCounts);
+    static const char *types[] = {"corrected", "uncorrected"};
+    static const char *counters[] = {"volatile", "aggregate"};
+    if (errorType < 0 || errorType > 1 || counterType < 0 || counterType > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int mode;
+    if (dev_uint(device, "ecc.mode", &mode) != NVML_SUCCESS) return NVML_ERROR_NOT_SUPPORTED;
+    char sub[64];
+    snprintf(sub, sizeof sub, "ecc.%s.%s", counters[counterType], types[errorType]);
+    return dev_ull(device, sub, eccCounts);
+}
+
+static nvmlReturn_t retired_pages(nvmlDevice_t d, int cause, unsigned int *pageCount,
+                                  unsigned long long *addresses, unsigned long long *timestamps) {
+    NEED(pageCount);
+    if (cause < 0 || cause > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int n;
+    nvmlReturn_t r = dev_uint(d, cause == 0 ? "retired.single_bit" : "retired.double_bit", &n);
+    if (r) return r;
+    if (*pageCount < n || (n > 0 && !addresses)) {
+        *pageCount = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        addresses[i] = 0x7f0000ULL + 0x1000ULL * (unsigned long long)(cause * 1000 + i);
+        if (timestamps) timestamps[i] = 1767225600ULL + i;
+    }
+    *pageCount = n;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause, unsigned int *pageCount,
+                                       unsigned long long *addresses) {
+    ENTER(device);
+    return retired_pages(device, cause, pageCount, addresses, NULL);
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, int cause, unsigned int *pageCount,
+                                          unsigned long long *addresses,
+                                          unsigned long long *timestamps) {
+    ENTER(device);
+    return retired_pages(device, cause, pageCount, addresses, timestamps);
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *isPending) {
+    ENTER(device);
+    NEED(isPending);
+    unsigned int v;
+    nvmlReturn_t r = dev_uint(device, "retired.pending", &v);
+    if (r == NVML_SUCCESS) *isPending = (int)v;
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                       unsigned int *uncRows, unsigned int *isPending,
+                                       unsigned int *failureOccurred) {
+    ENTER(device);
+    NEED(corrRows && uncRows && isPending && failureOccurred);
+    nvmlReturn_t r = dev_uint(device, "remapped.correctable", corrRows);
+    if (!r) r = dev_uint(device, "remapped.uncorrectable", uncRows);
+    if (!r) r = dev_uint(device, "remapped.pending", isPending);
+    if (!r) r = dev_uint(device, "remapped.failure", failureOccurred);
+    return r;
+}
+
+/* ---- PCIe, thermals, power, clocks ------------------------------------- */
+
+#define DEV_UINT_GETTER(fn, sub)                                  \
+    nvmlReturn_t fn(nvmlDevice_t device, unsigned int *out) {     \
+        ENTER(device);                                            \
+        NEED(out);                                                \
+        return dev_uint(device, sub, out);                        \
+    }
+
+DEV_UINT_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, "pcie.gen")
+DEV_UINT_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, "pcie.max_gen")
+DEV_UINT_GETTER(nvmlDeviceGetCurrPcieLinkWidth, "pcie.width")
+DEV_UINT_GETTER(nvmlDeviceGetMaxPcieLinkWidth, "pcie.max_width")
+DEV_UINT_GETTER(nvmlDeviceGetPowerUsage, "power.usage_mw")
+DEV_UINT_GETTER(nvmlDeviceGetEnforcedPowerLimit, "power.limit_mw")
+DEV_UINT_GETTER(nvmlDeviceGetPowerManagementLimit, "power.limit_mw")
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensorType, unsigned int *temp) {
+    ENTER(device);
+    NEED(temp);
+    if (sensorType != 0) return NVML_ERROR_INVALID_ARGUMENT; /* only NVML_TEMPERATURE_GPU */
+    return dev_uint(device, "temperature_c", temp);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                    unsigned long long *reasons) {
+    ENTER(device);
+    NEED(reasons);
+    return dev_ull(device, "clocks_event_reasons", reasons);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                       unsigned long long *reasons) {
+    ENTER(device);
+    NEED(reasons);
+    return dev_ull(device, "clocks_event_reasons", reasons);
+}
+
+/* nvmlEnableState_t getters. */
+DEV_UINT_GETTER(nvmlDeviceGetPersistenceMode, "persistence_mode")
+DEV_UINT_GETTER(nvmlDeviceGetDisplayActive, "display.active")
+DEV_UINT_GETTER(nvmlDeviceGetDisplayMode, "display.mode")
+
+/* ---- processes --------------------------------------------------------- */
+
+/* NVML's two-call protocol: too small a buffer (or none) answers
+ * INSUFFICIENT_SIZE with the needed count; no processes answers SUCCESS. */
+static nvmlReturn_t processes(nvmlDevice_t d, const char *kind, unsigned int *count, void *infos,
+                              size_t stride, int with_instances) {
+    NEED(count);
+    unsigned int n = 0;
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s.count", kind);
+    nvmlReturn_t r = dev_uint(d, sub, &n);
+    if (r == NVML_ERROR_NOT_SUPPORTED) n = 0; /* no key: no processes */
+    else if (r) return r;
+    if (*count < n || (n > 0 && !infos)) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        char *slot = (char *)infos + i * stride;
+        unsigned int pid = 0;
+        unsigned long long used = 0;
+        snprintf(sub, sizeof sub, "%s.%u.pid", kind, i);
+        dev_uint(d, sub, &pid);
+        snprintf(sub, sizeof sub, "%s.%u.used_mib", kind, i);
+        dev_ull(d, sub, &used);
+        if (used != NVML_VALUE_NOT_AVAILABLE) used <<= 20;
+        if (with_instances) {
+            nvmlProcessInfo_t *p = (nvmlProcessInfo_t *)slot;
+            p->pid = pid;
+            p->usedGpuMemory = used;
+            p->gpuInstanceId = p->computeInstanceId = 0xFFFFFFFFu;
+        } else {
+            nvmlProcessInfo_v1_t *p = (nvmlProcessInfo_v1_t *)slot;
+            p->pid = pid;
+            p->usedGpuMemory = used;
+        }
+    }
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+#define PROCESS_GETTER(fn, kind, type, inst)                                     \
+    nvmlReturn_t fn(nvmlDevice_t device, unsigned int *infoCount, type *infos) { \
+        ENTER(device);                                                           \
+        return processes(device, kind, infoCount, infos, sizeof(type), inst);    \
+    }
+
+PROCESS_GETTER(nvmlDeviceGetComputeRunningProcesses_v3, "compute", nvmlProcessInfo_t, 1)
+PROCESS_GETTER(nvmlDeviceGetComputeRunningProcesses_v2, "compute", nvmlProcessInfo_t, 1)
+PROCESS_GETTER(nvmlDeviceGetComputeRunningProcesses, "compute", nvmlProcessInfo_v1_t, 0)
+PROCESS_GETTER(nvmlDeviceGetGraphicsRunningProcesses_v3, "graphics", nvmlProcessInfo_t, 1)
+PROCESS_GETTER(nvmlDeviceGetGraphicsRunningProcesses_v2, "graphics", nvmlProcessInfo_t, 1)
+PROCESS_GETTER(nvmlDeviceGetGraphicsRunningProcesses, "graphics", nvmlProcessInfo_v1_t, 0)
+
+/* ---- topology, P2P, NVLink --------------------------------------------- */
+
+static nvmlReturn_t pair_ull(const char *prefix, nvmlDevice_t a, nvmlDevice_t b, const char *suffix,
+                             unsigned long long *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%u.%u%s", prefix, a->index, b->index, suffix);
+    if (lookup(key)) return get_ull(key, out);
+    snprintf(key, sizeof key, "%s.%u.%u%s", prefix, b->index, a->index, suffix);
+    return get_ull(key, out);
+}
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                 int *pathInfo) {
+    ENTER(device1);
+    ENTER(device2);
+    NEED(pathInfo);
+    if (device1 == device2) {
+        *pathInfo = 0; /* NVML_TOPOLOGY_INTERNAL */
+        return NVML_SUCCESS;
+    }
+    unsigned long long level;
+    nvmlReturn_t r = pair_ull("topology", device1, device2, "", &level);
+    if (r == NVML_SUCCESS) *pathInfo = (int)level;
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, int p2pIndex,
+                                    int *p2pStatus) {
+    ENTER(device1);
+    ENTER(device2);
+    NEED(p2pStatus);
+    static const char *caps[] = {".read", ".write", ".nvlink", ".atomics", ".prop"};
+    if (p2pIndex < 0 || p2pIndex > 4) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long status;
+    nvmlReturn_t r = pair_ull("p2p", device1, device2, caps[p2pIndex], &status);
+    if (r == NVML_SUCCESS) *p2pStatus = (int)status;
+    return r;
+}
+
+/* nvlink.links = how many links this GPU has (absent: no NVLink, every call
+ * NOT_SUPPORTED, as on a PCIe V100); nvlink.<l>.remote = index of the GPU at
+ * the far end of an active link; a link without it is inactive. */
+static nvmlReturn_t nvlink_link(nvmlDevice_t d, unsigned int link, int *active,
+                                unsigned int *remote) {
+    unsigned int links;
+    nvmlReturn_t r = dev_uint(d, "nvlink.links", &links);
+    if (r) return r;
+    if (link >= links) return NVML_ERROR_INVALID_ARGUMENT;
+    char sub[64];
+    snprintf(sub, sizeof sub, "nvlink.%u.remote", link);
+    r = dev_uint(d, sub, remote);
+    if (r == NVML_ERROR_NOT_SUPPORTED) {
+        *active = 0;
+        return NVML_SUCCESS;
+    }
+    *active = (r == NVML_SUCCESS);
+    return r;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int *isActive) {
+    ENTER(device);
+    NEED(isActive);
+    unsigned int remote;
+    return nvlink_link(device, link, isActive, &remote);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                 nvmlPciInfo_t *pci) {
+    ENTER(device);
+    NEED(pci);
+    int active;
+    unsigned int remote;
+    nvmlReturn_t r = nvlink_link(device, link, &active, &remote);
+    if (r) return r;
+    if (!active || remote >= device_count()) return NVML_ERROR_NOT_FOUND;
+    return fill_pci_v3(&devices[remote], pci);
+}
