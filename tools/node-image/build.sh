@@ -54,7 +54,12 @@ for unit in getty.target console-getty.service systemd-udevd.service \
 done
 echo "onecat-node" >"${root}/etc/hostname"
 : >"${root}/etc/machine-id"
-rm -rf "${root}/var/lib/apt/lists/"* "${root}/var/cache/apt/archives/"*.deb
+# A real server has package lists: fetch them now, as its installer would have.
+chroot "${root}" apt-get update -qq >"${work}/apt-update.log" 2>&1 || {
+  tail -n 20 "${work}/apt-update.log" >&2
+  exit 1
+}
+rm -f "${root}/var/cache/apt/archives/"*.deb
 
 tar -C "${root}" -c . | docker import \
   --change 'CMD ["/lib/systemd/systemd"]' \
