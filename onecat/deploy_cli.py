@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from onecat.runner import print_outcome, run_playbook
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """The options every fleet command shares with ansible-playbook."""
-    parser.add_argument("-i", "--inventory", required=True, help="inventory file or folder")
+def add_run_options(parser: argparse.ArgumentParser, inventory: bool = True) -> None:
+    """The options every fleet command shares with ansible-playbook.
+
+    Commands with a local mode add -i/--inventory to their own mode group instead.
+    """
+    if inventory:
+        parser.add_argument("-i", "--inventory", required=True, help="inventory file or folder")
     parser.add_argument("--limit", help="only these hosts or groups (ansible --limit)")
     parser.add_argument("--check", action="store_true", help="change nothing, report what would")
     parser.add_argument(
@@ -19,10 +24,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="extra variables, as for ansible-playbook (repeatable)",
     )
     parser.add_argument("--tags", help="only the stages with these tags")
-    parser.add_argument("--quiet", action="store_true", help="no live progress")
+    if inventory:
+        parser.add_argument("--quiet", action="store_true", help="no live progress")
 
 
-def run_fleet_command(args: argparse.Namespace, playbook: str) -> int:
+def run_fleet_command(
+    args: argparse.Namespace, playbook: str, extra_vars: Sequence[str] = ()
+) -> int:
     if not Path(args.inventory).exists():
         print(f"onecat: inventory {args.inventory} not found: pass -i with an inventory "
               "file such as inventory/v100-hosts.yml", file=sys.stderr)
@@ -32,9 +40,9 @@ def run_fleet_command(args: argparse.Namespace, playbook: str) -> int:
         args.inventory,
         limit=args.limit,
         check=args.check,
-        extra_vars=args.extra_vars,
+        extra_vars=[*extra_vars, *args.extra_vars],
         tags=args.tags,
-        quiet=args.quiet,
+        quiet=getattr(args, "quiet", False),
     )
     print_outcome(outcome)
     return 0 if outcome.rc == 0 and not outcome.failed_hosts else 1

@@ -1,6 +1,5 @@
-"""`onecat health`: check GPU health. `--local` checks this machine through NVML.
-
-(A fleet mode over an inventory joins `--local` in the same mode group.)
+"""`onecat health`: check GPU health. `--local` checks this machine through NVML;
+`-i INVENTORY` checks a fleet through the health playbook.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from onecat.deploy_cli import add_run_options, run_fleet_command
 from onecat.health import check_local, format_report
 from onecat.health_judge import Thresholds, fails
 from onecat.health_nvml import NvmlUnavailable
@@ -77,8 +77,7 @@ def run_local(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.local:
         return run_local(args)
-    print("onecat health: choose a mode: --local", file=sys.stderr)
-    return EXIT_CANNOT_CHECK
+    return run_fleet_command(args, "playbooks/health.yml")
 
 
 def register(subparsers: Any) -> None:
@@ -89,7 +88,10 @@ def register(subparsers: Any) -> None:
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--local", action="store_true", help="check this machine's GPUs via NVML")
+    mode.add_argument("-i", "--inventory", help="fleet mode: check every node of INVENTORY "
+                      "(runs playbooks/health.yml through ansible-runner)")
     add_local_options(parser)
+    add_run_options(parser, inventory=False)
     parser.set_defaults(func=_run)
 
 
