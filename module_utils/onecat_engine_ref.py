@@ -1,0 +1,1 @@
+../onecat/engine_ref.py

@@ -1,0 +1,1 @@
+../onecat/serve_gate.py

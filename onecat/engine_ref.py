@@ -1,0 +1,70 @@
+"""Which engine images can run on a V100: CUDA 12.x only, and never a moving tag.
+
+Stdlib only: this file also ships to nodes as ``module_utils/onecat_engine_ref.py``.
+CUDA 13 dropped sm_70, and upstream `vllm/vllm-openai:latest` is built on it, so an
+upstream image must be a pinned tag; its CUDA version is read from the image itself
+(NVIDIA's CUDA bases set CUDA_VERSION) once it is on the node.
+"""
+
+from __future__ import annotations
+
+import re
+
+MOVING_TAGS = ("latest", "nightly", "main", "stable")
+_CUDA_IN_TAG = re.compile(r"(?:^|[-_.])cu(?:da)?-?(\d{2})(\d)?(?:\.\d+)*(?=$|[-_.])")
+_CUDA_REPO_TAG = re.compile(r"^(\d+)\.\d+")
+
+
+def split_ref(ref: str) -> tuple[str, str, str]:
+    """'host:5000/repo/name:tag@sha256:...' -> (repository, tag, digest); '' when absent."""
+    text = ref.strip()
+    digest = ""
+    if "@" in text:
+        text, digest = text.split("@", 1)
+    repo, tag = text, ""
+    last = text.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo, tag = text.rsplit(":", 1)
+    return repo, tag, digest
+
+
+def cuda_major_of_tag(repo: str, tag: str) -> int | None:
+    """CUDA major version a tag names: 'v0.9.2-cu128' -> 12, nvidia/cuda '12.8.1-...' -> 12."""
+    if repo.rsplit("/", 1)[-1] == "cuda":
+        match = _CUDA_REPO_TAG.match(tag)
+        return int(match.group(1)) if match else None
+    match = _CUDA_IN_TAG.search(tag.lower())
+    return int(match.group(1)) if match else None
+
+
+def check_image_ref(ref: str, what: str) -> list[str]:
+    """Problems with an image reference that must be pinned and CUDA 12.x."""
+    if not ref.strip():
+        return [f"{what} is empty: name a pinned CUDA 12.x image"]
+    repo, tag, digest = split_ref(ref)
+    if not tag and not digest:
+        return [f"{what} {ref!r} has no tag, so Docker reads it as ':latest' (built on CUDA 13, "
+                "no sm_70 kernels): pin a CUDA 12.x tag"]
+    if tag.lower() in MOVING_TAGS:
+        return [f"{what} {ref!r} uses the moving tag {tag!r} (upstream's latest is built on "
+                "CUDA 13, which dropped the V100's sm_70): pin a CUDA 12.x release tag"]
+    major = cuda_major_of_tag(repo, tag) if tag else None
+    if major is not None and major != 12:
+        return [f"{what} {ref!r} is built on CUDA {major}; V100 needs CUDA 12.x "
+                "(CUDA 13 removed sm_70)"]
+    return []
+
+
+def check_image_env(env: list[str], what: str, required: bool) -> list[str]:
+    """Problems with the CUDA_VERSION an image declares (NVIDIA bases set it)."""
+    values = [item.split("=", 1)[1] for item in env if item.startswith("CUDA_VERSION=")]
+    if not values:
+        if required:
+            return [f"{what} declares no CUDA_VERSION, so nobody can tell it is CUDA 12.x; "
+                    "use an image built on nvidia/cuda 12.x"]
+        return []
+    match = re.match(r"^(\d+)\.", values[-1])
+    if not match or int(match.group(1)) != 12:
+        return [f"{what} is built on CUDA {values[-1]}; V100 needs CUDA 12.x "
+                "(CUDA 13 removed sm_70)"]
+    return []

@@ -1,0 +1,149 @@
+"""The `vllm serve` command line of a node: planner flags + user overrides, checked.
+
+Stdlib only: this file also ships to nodes as ``module_utils/onecat_serve_flags.py``.
+Flags an engine no longer accepts are caught here, when the unit is templated, so a
+typo or a seed-article flag is one clear message instead of a crash loop.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+ENGINES = ("1cat-vllm", "vllm")
+
+# Flags gone from the engines' CLI: flag -> why, and what to do instead.
+REMOVED_FLAGS: dict[str, str] = {
+    "--swap-space": "was removed from vLLM's CLI with the V0 engine (the V1 engine has no CPU "
+    "swap space); delete it",
+}
+# Values an engine rejects: (flag, value) -> why, and what to do instead.
+REFUSED_VALUES: dict[tuple[str, str], str] = {
+    ("--quantization", "nvfp4"): "is not a vLLM quantization method ('Unknown quantization "
+    "method: nvfp4'); the NVFP4 format is detected from the checkpoint, so drop --quantization",
+}
+# V100 (sm_70) has no bfloat16: vLLM refuses it below compute capability 8.0.
+BF16_VALUES = ("bfloat16", "bf16")
+# Flags the role owns: set them through the role's variables, never as engine arguments.
+ROLE_FLAGS: dict[str, str] = {
+    "--host": "vllm_serve_bind_address",
+    "--port": "vllm_serve_port",
+    "--served-model-name": "vllm_serve_served_model_name",
+    "--model": "vllm_serve_model_dir",
+    "--api-key": "vllm_serve_api_key (it is read from a root-only environment file, "
+    "never put on the command line)",
+}
+# The head of the command, in this order; the rest keep the planner's order.
+HEAD_ORDER = ("--dtype", "--tensor-parallel-size", "--max-model-len",
+              "--gpu-memory-utilization", "--max-num-seqs")
+_FLAG_RE = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
+_SAFE_RE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+
+
+def flag_name(key: str) -> str:
+    """'max_num_seqs' / 'max-num-seqs' / '--max-num-seqs' -> '--max-num-seqs'."""
+    name = str(key).strip()
+    if not name.startswith("-"):
+        name = "--" + name.replace("_", "-")
+    return name
+
+
+def merge_args(planned: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Planner flags updated by the user's; an override of None or False removes the flag."""
+    merged = {flag_name(k): v for k, v in planned.items() if v is not None and v is not False}
+    for key, value in overrides.items():
+        name = flag_name(key)
+        if value is None or value is False:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    ordered = {name: merged[name] for name in HEAD_ORDER if name in merged}
+    ordered.update({name: value for name, value in merged.items() if name not in ordered})
+    return ordered
+
+
+def args_to_argv(args: dict[str, Any]) -> list[str]:
+    """{flag: value} -> argv; True is a bare flag."""
+    argv: list[str] = []
+    for name, value in args.items():
+        argv.append(name)
+        if value is not True:
+            argv.append(str(value))
+    return argv
+
+
+def _pairs(argv: list[str]) -> list[tuple[str, str | None]]:
+    """(flag, value or None) for each flag in an argv list; --flag=value is split."""
+    pairs: list[tuple[str, str | None]] = []
+    for index, item in enumerate(argv):
+        if not item.startswith("-") or re.match(r"^-\d", item):
+            continue
+        if "=" in item:
+            name, value = item.split("=", 1)
+            pairs.append((name, value))
+            continue
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        value = following if following is not None and not following.startswith("--") else None
+        pairs.append((item, value))
+    return pairs
+
+
+def accepted_flags(help_text: str) -> set[str]:
+    """Every long flag an engine's `vllm serve --help=all` output mentions."""
+    return set(_FLAG_RE.findall(help_text or ""))
+
+
+def check_argv(engine: str, argv: list[str], capability: int,
+               accepted: set[str] | None = None, role_owned: bool = True) -> list[str]:
+    """Problems with these engine arguments, one actionable sentence each."""
+    problems: list[str] = []
+    if engine not in ENGINES:
+        problems.append(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    for name, value in _pairs(argv):
+        if name in REMOVED_FLAGS:
+            problems.append(f"{name} {REMOVED_FLAGS[name]}")
+            continue
+        if role_owned and name in ROLE_FLAGS:
+            problems.append(f"{name} is set by the role: use {ROLE_FLAGS[name]}")
+            continue
+        lowered = (value or "").strip().lower()
+        if (name, lowered) in REFUSED_VALUES:
+            problems.append(f"{name} {value} {REFUSED_VALUES[(name, lowered)]}")
+            continue
+        if name == "--dtype" and lowered in BF16_VALUES and capability < 80:
+            problems.append(f"--dtype {value}: this GPU (compute capability {capability // 10}."
+                            f"{capability % 10}) has no bfloat16; use --dtype half")
+            continue
+        if accepted and name not in accepted:
+            problems.append(f"{name} is not accepted by this engine image (its `vllm serve "
+                            "--help=all` does not list it); remove it or pin an image that has it")
+    return problems
+
+
+def serve_argv(model_path: str, served_name: str, host: str, port: int,
+               args: dict[str, Any], extra_args: list[str]) -> list[str]:
+    """The arguments after `vllm`: serve MODEL --served-model-name ... flags ... extra."""
+    return ["serve", model_path, "--served-model-name", served_name, "--host", host,
+            "--port", str(port), *args_to_argv(args), *[str(a) for a in extra_args]]
+
+
+def systemd_quote(arg: str) -> str:
+    """One argument as systemd's ExecStart parses it back: quoted when needed, % and $ escaped."""
+    text = str(arg).replace("%", "%%").replace("$", "$$")
+    if text and _SAFE_RE.match(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def group_lines(argv: list[str]) -> list[str]:
+    """argv as systemd-quoted lines, one flag with its value per line (for a readable unit)."""
+    lines: list[str] = []
+    for item in argv:
+        quoted = systemd_quote(item)
+        is_value = not item.startswith("-") or bool(re.match(r"^-\d", item))
+        # A value joins its flag; a leading positional ("serve MODEL") joins the one before.
+        if lines and is_value and (" " not in lines[-1] or not lines[-1].startswith("-")):
+            lines[-1] += " " + quoted
+        else:
+            lines.append(quoted)
+    return lines

@@ -1,0 +1,131 @@
+"""Is a freshly started vLLM server really serving? Health, model list, then a smoke completion.
+
+Stdlib only: this file also ships to nodes as ``module_utils/onecat_serve_gate.py``.
+A server can answer /health and still produce garbage: NaNs in a broken kernel come out
+as one token repeated ("!!!!!!!!"), the symptom the smoke completion looks for.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+# A repeat of one short piece (a token is at most a few characters) this many times is garbage.
+MAX_TOKEN_CHARS = 16
+MIN_REPEATS = 3
+
+
+def smallest_period(text: str) -> int:
+    """Length of the shortest piece that repeated (whole times) makes `text` (KMP failure)."""
+    fail = [0] * len(text)
+    k = 0
+    for i in range(1, len(text)):
+        while k and text[i] != text[k]:
+            k = fail[k - 1]
+        if text[i] == text[k]:
+            k += 1
+        fail[i] = k
+    period = len(text) - (fail[-1] if text else 0)
+    return period if text and len(text) % period == 0 else len(text)
+
+
+def repeated_token(text: str) -> str | None:
+    """The piece when `text` is one token repeated ("!!!!", " the the the"), else None."""
+    squeezed = text.strip()
+    if not squeezed:
+        return None
+    words = squeezed.split()
+    if len(words) >= MIN_REPEATS and len(set(words)) == 1:
+        return words[0]
+    compact = "".join(words)
+    period = smallest_period(compact)
+    if period <= MAX_TOKEN_CHARS and len(compact) // period >= MIN_REPEATS:
+        return compact[:period]
+    return None
+
+
+def judge_smoke(text: str) -> tuple[bool, str]:
+    """(passed, reason) for the text of a temperature-0 smoke completion."""
+    if not text.strip():
+        return False, "the smoke completion returned no text"
+    piece = repeated_token(text)
+    if piece is not None:
+        return False, (f"the smoke completion is one token repeated ({piece!r} x "
+                       f"{len(''.join(text.split())) // len(piece)}: {text.strip()[:60]!r}), "
+                       "the garbage/NaN symptom of a broken engine or kernel")
+    return True, f"the smoke completion answered {text.strip()[:60]!r}"
+
+
+def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float
+             ) -> tuple[int, Any]:
+    """(HTTP status, parsed JSON or None); status 0 when nothing answered."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
+    request.add_header("Content-Type", "application/json")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read()
+            status = response.status
+    except urllib.error.HTTPError as error:
+        return error.code, None
+    except (OSError, ValueError):
+        return 0, None
+    try:
+        return status, json.loads(raw) if raw.strip() else None
+    except ValueError:
+        return status, None
+
+
+def served_names(models: Any) -> list[str]:
+    """Model ids in an OpenAI /v1/models answer."""
+    if not isinstance(models, dict) or not isinstance(models.get("data"), list):
+        return []
+    return [str(item.get("id")) for item in models["data"] if isinstance(item, dict)]
+
+
+def wait_ready(base_url: str, served_name: str, timeout_s: float, api_key: str = "",
+               is_dead: Callable[[], str] | None = None, interval_s: float = 2.0,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> tuple[bool, str]:
+    """Poll until /health is 200 and /v1/models lists `served_name`; stop early when dead."""
+    deadline = clock() + timeout_s
+    last = "nothing answered yet"
+    while True:
+        status, _ = _request(f"{base_url}/health", api_key, None, 10)
+        if status == 200:
+            status, models = _request(f"{base_url}/v1/models", api_key, None, 10)
+            names = served_names(models)
+            if status == 200 and served_name in names:
+                return True, f"/health is 200 and /v1/models lists {served_name!r}"
+            last = (f"/v1/models answered {status} listing {names} (waiting for "
+                    f"{served_name!r})")
+        elif status:
+            last = f"/health answered {status}"
+        death = is_dead() if is_dead else ""
+        if death:
+            return False, f"the server died while starting: {death}"
+        if clock() >= deadline:
+            return False, f"not ready after {timeout_s:.0f} s: {last}"
+        sleep(interval_s)
+
+
+def smoke(base_url: str, served_name: str, prompt: str, max_tokens: int, api_key: str = "",
+          timeout_s: float = 120) -> tuple[bool, str, str]:
+    """(passed, reason, text) of one short temperature-0 completion."""
+    body = {"model": served_name, "prompt": prompt, "max_tokens": max_tokens,
+            "temperature": 0}
+    status, answer = _request(f"{base_url}/v1/completions", api_key, body, timeout_s)
+    if status != 200 or not isinstance(answer, dict):
+        return False, f"the smoke completion failed: HTTP {status or 'no answer'}", ""
+    try:
+        text = str(answer["choices"][0]["text"])
+    except (KeyError, IndexError, TypeError):
+        return False, "the smoke completion's answer has no choices[0].text", ""
+    passed, reason = judge_smoke(text)
+    return passed, reason, text

@@ -1,0 +1,100 @@
+"""The vllm serve command: planner flags + overrides, refusals, systemd quoting."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from onecat.serve_flags import (
+    accepted_flags,
+    check_argv,
+    group_lines,
+    merge_args,
+    serve_argv,
+    systemd_quote,
+)
+
+PLANNED = {"--dtype": "half", "--tensor-parallel-size": 2, "--max-model-len": 8192,
+           "--gpu-memory-utilization": 0.85, "--max-num-seqs": 40,
+           "--attention-backend": "FLASH_ATTN_V100"}
+
+
+def test_overrides_replace_add_and_remove_planner_flags():
+    merged = merge_args({"--attention-backend": "FLASH_ATTN_V100", **PLANNED,
+                         "--disable-custom-all-reduce": None},
+                        {"max_num_seqs": 16, "kv-cache-dtype": "fp8_e5m2",
+                         "--attention-backend": None, "enforce_eager": True})
+    assert merged == {"--dtype": "half", "--tensor-parallel-size": 2, "--max-model-len": 8192,
+                      "--gpu-memory-utilization": 0.85, "--max-num-seqs": 16,
+                      "--kv-cache-dtype": "fp8_e5m2", "--enforce-eager": True}
+    assert list(merged)[:5] == ["--dtype", "--tensor-parallel-size", "--max-model-len",
+                                "--gpu-memory-utilization", "--max-num-seqs"]
+
+
+def test_serve_argv_puts_model_and_name_first_and_extra_args_last():
+    argv = serve_argv("/models/q", "q", "0.0.0.0", 8000,
+                      {"--dtype": "half", "--disable-custom-all-reduce": True}, ["--seed", "7"])
+    assert argv == ["serve", "/models/q", "--served-model-name", "q", "--host", "0.0.0.0",
+                    "--port", "8000", "--dtype", "half", "--disable-custom-all-reduce",
+                    "--seed", "7"]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--swap-space", "4"], "--swap-space was removed from vLLM's CLI with the V0 engine"),
+    (["--quantization", "nvfp4"], "--quantization nvfp4 is not a vLLM quantization method"),
+    (["--quantization=NVFP4"], "--quantization NVFP4 is not a vLLM quantization method"),
+    (["--dtype", "bfloat16"], "--dtype bfloat16: this GPU (compute capability 7.0) has no "
+                              "bfloat16; use --dtype half"),
+    (["--api-key", "x"], "--api-key is set by the role: use vllm_serve_api_key"),
+    (["--port", "9000"], "--port is set by the role: use vllm_serve_port"),
+])
+def test_refused_flags_name_the_fix(argv, expected):
+    problems = check_argv("1cat-vllm", ["--dtype", "half", *argv], 70)
+    assert len(problems) == 1
+    assert problems[0].startswith(expected)
+
+
+def test_bfloat16_is_fine_on_ampere_and_good_flags_pass():
+    assert check_argv("vllm", ["--dtype", "bfloat16", "--max-num-seqs", "8"], 80) == []
+
+
+def test_flags_the_image_does_not_list_are_refused():
+    help_text = "usage: vllm serve\n  --dtype {auto,half}\n  --max-num-seqs MAX_NUM_SEQS\n" \
+                "  --enable-prefix-caching, --no-enable-prefix-caching\n"
+    assert accepted_flags(help_text) == {"--dtype", "--max-num-seqs", "--enable-prefix-caching",
+                                         "--no-enable-prefix-caching"}
+    problems = check_argv("1cat-vllm", ["--dtype", "half", "--attention-backend", "X"], 70,
+                          accepted_flags(help_text))
+    assert problems == ["--attention-backend is not accepted by this engine image (its `vllm "
+                        "serve --help=all` does not list it); remove it or pin an image that "
+                        "has it"]
+
+
+def test_unknown_engine_is_refused():
+    assert check_argv("tgi", [], 70) == ["engine 'tgi' is not one of 1cat-vllm, vllm"]
+
+
+@pytest.mark.parametrize(("arg", "quoted"), [
+    ("--dtype", "--dtype"),
+    ("/models/q:/models/q:ro", "/models/q:/models/q:ro"),
+    ('"device=0,1"', '"\\"device=0,1\\""'),
+    ("a b", '"a b"'),
+    ("50%", '"50%%"'),
+    ("$HOME", '"$$HOME"'),
+])
+def test_systemd_quote(arg, quoted):
+    assert systemd_quote(arg) == quoted
+
+
+def test_systemd_quoting_round_trips_like_a_shell_for_quotes_and_spaces():
+    # systemd's quoting of these cases matches POSIX shell double quotes.
+    for arg in ['"device=0,1"', "a b", 'say "hi"']:
+        assert shlex.split(systemd_quote(arg)) == [arg]
+
+
+def test_group_lines_keeps_each_value_with_its_flag():
+    argv = serve_argv("/models/q", "q", "0.0.0.0", 8000,
+                      {"--dtype": "half", "--enforce-eager": True, "--seed": -1}, [])
+    assert group_lines(argv) == ["serve /models/q", "--served-model-name q", "--host 0.0.0.0",
+                                 "--port 8000", "--dtype half", "--enforce-eager", "--seed -1"]
