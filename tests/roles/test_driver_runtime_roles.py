@@ -1,0 +1,199 @@
+"""nvidia_driver / container_runtime: refusals before any change; resolved packages per release."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .ansible_run import OS, host_outcome, run_playbook
+
+VOLTA = {"volta": True, "secure_boot": False, "nouveau_loaded": False, "gpus": []}
+CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
+
+
+def _fake_sysfs(root: Path, device_id: str) -> Path:
+    dev = root / "bus" / "pci" / "devices" / "0000:3b:00.0"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x10de\n")
+    (dev / "device").write_text(device_id + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("refusals")
+    volta_sysfs = _fake_sysfs(tmp / "sysfs-v100", "0x1db6")
+    hosts = {
+        "u24_branch590": {"fake_facts": OS["ubuntu24"], "onecat_preflight": VOLTA,
+                          "nvidia_driver_branch": "590", "role_under_test": "nvidia_driver"},
+        "d12_nvidia_branch590": {"fake_facts": OS["debian12"], "onecat_preflight": VOLTA,
+                                 "nvidia_driver_source": "nvidia", "nvidia_driver_branch": "590",
+                                 "role_under_test": "nvidia_driver"},
+        "u22_open": {"fake_facts": OS["ubuntu22"], "onecat_preflight": VOLTA,
+                     "nvidia_driver_open_kernel_modules": True, "role_under_test": "nvidia_driver"},
+        # No preflight fact: the role finds the V100 in sysfs itself.
+        "scan_branch590": {"fake_facts": OS["ubuntu24"], "nvidia_driver_branch": "590",
+                            "nvidia_driver_sysfs_root": str(volta_sysfs),
+                           "role_under_test": "nvidia_driver"},
+        "secure_boot": {"fake_facts": OS["ubuntu24"], "role_under_test": "nvidia_driver",
+                        "onecat_preflight": {**VOLTA, "secure_boot": True}},
+        "rocky_driver": {"fake_facts": OS["rocky9"], "onecat_preflight": VOLTA,
+                         "role_under_test": "nvidia_driver"},
+        "rocky_runtime": {"fake_facts": OS["rocky9"], "role_under_test": "container_runtime"},
+    }
+    data = run_playbook("apply.yml", hosts, tmp, check=True)
+    return {name: host_outcome(data, name) for name in hosts}
+
+
+@pytest.mark.parametrize("host", ["u24_branch590", "d12_nvidia_branch590", "scan_branch590"])
+def test_branch_newer_than_580_refused_on_volta_before_any_change(refusals, host):
+    outcome = refusals[host]
+    assert outcome["failed_task"] == "Refuse a driver branch newer than R580 on a Volta host."
+    assert "refusing driver branch 590" in outcome["msg"]
+    assert "R580 is the last driver branch that supports Volta" in outcome["msg"]
+    assert outcome["changed"] == []
+
+
+def test_open_kernel_modules_refused_on_volta_before_any_change(refusals):
+    outcome = refusals["u22_open"]
+    assert outcome["failed_task"] == "Refuse the open kernel modules on a Volta host."
+    assert "support Turing and newer only" in outcome["msg"]
+    assert outcome["changed"] == []
+
+
+def test_secure_boot_stops_with_mok_guidance(refusals):
+    outcome = refusals["secure_boot"]
+    assert outcome["failed_task"] == (
+        "Stop when Secure Boot would reject the unsigned driver modules.")
+    assert "mokutil --import /var/lib/shim-signed/mok/MOK.der" in outcome["msg"]
+    assert "nvidia_driver_secure_boot_handled: true" in outcome["msg"]
+    assert outcome["changed"] == []
+
+
+@pytest.mark.parametrize("host", ["rocky_driver", "rocky_runtime"])
+def test_unsupported_os_refused(refusals, host):
+    outcome = refusals[host]
+    assert outcome["failed_task"] == "Refuse an unsupported operating system."
+    assert "runs Rocky 9.4, which this role does not support" in outcome["msg"]
+    assert outcome["changed"] == []
+
+
+@pytest.fixture(scope="module")
+def resolved(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("resolved")
+    mirror = [{"uri": "http://mirror.example/debian", "suites": ["bookworm"],
+               "components": ["non-free"]}]
+    hosts = {
+        "u22_distro": {"fake_facts": OS["ubuntu22"]},
+        "u24_distro": {"fake_facts": OS["ubuntu24"]},
+        "u24_distro_570": {"fake_facts": OS["ubuntu24"], "nvidia_driver_branch": "570"},
+        "u24_distro_open": {"fake_facts": OS["ubuntu24"],
+                            "nvidia_driver_open_kernel_modules": True},
+        "u22_nvidia": {"fake_facts": OS["ubuntu22"], "nvidia_driver_source": "nvidia"},
+        "u24_nvidia": {"fake_facts": OS["ubuntu24"], "nvidia_driver_source": "nvidia"},
+        "d12_distro": {"fake_facts": OS["debian12"]},
+        "d12_mirror": {"fake_facts": OS["debian12"], "nvidia_driver_apt_repositories": mirror,
+                       "nvidia_driver_packages": ["nvidia-driver"]},
+        "d12_nvidia": {"fake_facts": OS["debian12"], "nvidia_driver_source": "nvidia",
+                       "nvidia_driver_repo_key_url": "file:///srv/keys/cuda.asc"},
+    }
+    data = run_playbook("resolve.yml", hosts, tmp, check=False)
+    for name in hosts:
+        assert host_outcome(data, name)["failed_task"] is None, host_outcome(data, name)
+    return {name: json.loads((tmp / f"{name}.json").read_text()) for name in hosts}
+
+
+def test_ubuntu_distro_archive_server_packages(resolved):
+    for host, kernel in [("u22_distro", "5.15.0-126-generic"), ("u24_distro", "6.8.0-49-generic")]:
+        assert resolved[host] == {
+            "branch": "580",
+            "packages": ["nvidia-headless-580-server", "nvidia-utils-580-server"],
+            "apt_repositories": [],
+            "key_url": "",
+            "version_package": "nvidia-utils-580-server",
+            "kernel_module_file": "nvidia",
+            "headers": [f"linux-headers-{kernel}"],
+        }
+
+
+def test_ubuntu_branch_and_open_flavour_follow_the_variables(resolved):
+    assert resolved["u24_distro_570"]["packages"] == [
+        "nvidia-headless-570-server", "nvidia-utils-570-server"]
+    assert resolved["u24_distro_570"]["branch"] == "570"
+    assert resolved["u24_distro_open"]["packages"] == [
+        "nvidia-headless-580-server-open", "nvidia-utils-580-server"]
+
+
+@pytest.mark.parametrize(
+    ("host", "code"), [("u22_nvidia", "ubuntu2204"), ("u24_nvidia", "ubuntu2404")])
+def test_ubuntu_cuda_repository(resolved, host, code):
+    assert resolved[host]["packages"] == ["cuda-drivers-580"]
+    assert resolved[host]["apt_repositories"] == [
+        {"uri": f"{CUDA}/{code}/x86_64/", "suites": ["/"], "components": []}]
+    assert resolved[host]["key_url"] == f"{CUDA}/{code}/x86_64/3bf863cc.pub"
+    assert resolved[host]["version_package"] == "cuda-drivers-580"
+
+
+def test_debian_non_free_fixes_branch_535(resolved):
+    assert resolved["d12_distro"]["branch"] == "535"
+    assert resolved["d12_distro"]["packages"] == [
+        "nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-persistenced"]
+    assert resolved["d12_distro"]["apt_repositories"] == []
+    assert resolved["d12_distro"]["kernel_module_file"] == "nvidia-current"
+
+
+def test_mirror_and_package_overrides_win(resolved):
+    assert resolved["d12_mirror"]["apt_repositories"] == [
+        {"uri": "http://mirror.example/debian", "suites": ["bookworm"], "components": ["non-free"]}]
+    assert resolved["d12_mirror"]["packages"] == ["nvidia-driver"]
+    assert resolved["d12_nvidia"]["key_url"] == "file:///srv/keys/cuda.asc"
+    assert resolved["d12_nvidia"]["apt_repositories"][0]["uri"] == f"{CUDA}/debian12/x86_64/"
+
+
+def _task_result(data: dict, host: str, task_name: str) -> dict:
+    for play in data["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"].split(" : ", 1)[-1] == task_name and host in task["hosts"]:
+                return task["hosts"][host]
+    return {}
+
+
+@pytest.fixture(scope="module")
+def kernel_stage(tmp_path_factory):
+    # The userspace side is any package this machine has: dpkg itself stands in for the driver.
+    dpkg_version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "dpkg"], check=True,
+                                  capture_output=True, text=True).stdout
+    tmp = tmp_path_factory.mktemp("kernel")
+    hosts = {}
+    for name, loaded in [("mismatch", "1.0.0"), ("match", dpkg_version.split("-")[0])]:
+        sysfs = tmp / f"sysfs-{name}"
+        (sysfs / "module" / "nvidia").mkdir(parents=True)
+        (sysfs / "module" / "nvidia" / "version").write_text(loaded + "\n")
+        hosts[name] = {"fake_facts": OS["debian12"], "onecat_preflight": VOLTA,
+                       "nvidia_driver_sysfs_root": str(sysfs),
+                       "nvidia_driver_version_package": "dpkg",
+                       "nvidia_driver_reboot_marker": str(tmp / f"{name}-marker")}
+    data = run_playbook("kernel.yml", hosts, tmp, check=True)
+    return data, dpkg_version.split("-")[0], tmp
+
+
+def test_loaded_module_older_than_userspace_is_reported_as_mismatch(kernel_stage):
+    data, userspace, tmp = kernel_stage
+    report = _task_result(data, "mismatch", "Report a driver/library version mismatch.")
+    assert f"kernel module 1.0.0 is loaded but the installed userspace driver is {userspace}" in (
+        report["msg"])
+    pending = _task_result(data, "mismatch", "Say that a reboot is pending.")
+    assert "REBOOT PENDING on mismatch" in pending["msg"]
+    # Reboot not allowed (the default): nothing rebooted; check mode wrote no marker.
+    assert _task_result(data, "mismatch", "Reboot into the installed driver.").get("skipped")
+    assert not (tmp / "mismatch-marker").exists()
+
+
+def test_matching_module_leaves_no_reboot_pending(kernel_stage):
+    data, _, _ = kernel_stage
+    assert _task_result(data, "match", "Report a driver/library version mismatch.").get("skipped")
+    assert _task_result(data, "match", "Say that a reboot is pending.").get("skipped")
+    assert host_outcome(data, "match")["failed_task"] is None
