@@ -14,7 +14,11 @@ from collections.abc import Sequence
 
 SUBCOMMANDS: tuple[str, ...] = (
     "onecat.fleet",
+    "onecat.deploy_cli",
     "onecat.plan_cli",
+    "onecat.bench",
+    "onecat.report",
+    "onecat.health_cli",
 )
 
 

@@ -1,0 +1,25 @@
+"""`python3 -m onecat.bench --url ... --out DIR`: the benchmark without the rest of onecat.
+
+What the benchmark role runs on a node: onecat.bench is stdlib-only (pynvml is
+optional, for GPU memory), so copying the `onecat` package is enough; neither
+Ansible nor matplotlib has to be installed there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from onecat.bench.command import DESCRIPTION, add_arguments
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m onecat.bench", description=DESCRIPTION)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""`onecat bench`: benchmark one server (--url) or, later, the fleet (-i INVENTORY)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from onecat.bench.observe import nvml_memory_reader
+from onecat.bench.session import BenchError, BenchOptions, run_bench
+
+
+def _levels(text: str) -> list[int]:
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--concurrency {text!r}: give comma-separated integers, e.g. 1,8,16,32") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"--concurrency {text!r}: levels must be >= 1")
+    return levels
+
+
+def _positive(kind: type) -> object:
+    def parse(text: str) -> object:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+        return value
+    return parse
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
+DESCRIPTION = ("Closed-loop streaming benchmark: at each concurrency level c, exactly c clients "
+               "send requests back to back. Writes DIR/bench-c<N>.json per level and "
+               "DIR/summary.{json,csv,md}.")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark a vLLM server like `vllm bench serve` (closed loop, streaming)",
+        description=DESCRIPTION,
+    )
+    add_arguments(parser)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="server base URL, e.g. http://10.0.0.5:8000")
+    where.add_argument("-i", "--inventory", help="fleet mode: benchmark every node of INVENTORY")
+    parser.add_argument("--model", help="served model name (default: the first of /v1/models)")
+    parser.add_argument("--api-key-file", type=Path,
+                        help="file holding the server's API key, alone or as a VLLM_API_KEY= "
+                             "line (sent as a Bearer token)")
+    parser.add_argument("--concurrency", type=_levels, default=[1, 8, 16, 32],
+                        help="comma-separated concurrency levels (default: 1,8,16,32)")
+    parser.add_argument("--input-len", type=_positive(int), default=500,
+                        help="prompt length in tokens (default: 500)")
+    parser.add_argument("--output-len", type=_positive(int), default=256,
+                        help="output tokens per request, EOS ignored (default: 256)")
+    parser.add_argument("--requests-per-level", type=_positive(int), default=None,
+                        help="requests per level (default: max(4 x concurrency, 16))")
+    parser.add_argument("--warmup", type=_non_negative, default=2,
+                        help="unmeasured requests before the first level (default: 2)")
+    parser.add_argument("--seed", type=int, default=0, help="prompt seed (default: 0)")
+    parser.add_argument("--timeout", type=_positive(float), default=600.0,
+                        help="per-request timeout in seconds (default: 600)")
+    parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
+                        help="OpenAI endpoint to load (default: completions)")
+    parser.add_argument("--out", type=Path, help="directory for the result files (required)")
+    parser.add_argument("--save-detailed", action="store_true",
+                        help="also write every request (id, TTFT, TPOT, E2E, tokens, error) "
+                             "into bench-c<N>.json")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(func=main)
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    """Fleet mode hook: benchmark every node of args.inventory (wired by the benchmark role)."""
+    print("onecat bench: fleet mode (-i) is not wired yet; run the benchmark role instead "
+          "(ansible-playbook site.yml --tags bench), or benchmark one node with --url",
+          file=sys.stderr)
+    return 2
+
+
+def _read_key(path: Path) -> str:
+    """The key alone, or the VLLM_API_KEY= line of an environment file (the serve role's)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BenchError(f"cannot read --api-key-file {path}: {exc.strerror}") from None
+    key = text.strip()
+    for line in text.splitlines():
+        name, sep, value = line.strip().removeprefix("export ").partition("=")
+        if sep and name.strip() == "VLLM_API_KEY":
+            key = value.strip().strip("'\"")
+    if not key:
+        raise BenchError(f"--api-key-file {path} is empty; put the server's API key in it")
+    return key
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.inventory:
+        return run_fleet(args)
+    if args.out is None:
+        print("onecat bench: --out DIR is required (where the result files go)", file=sys.stderr)
+        return 2
+    try:
+        options = BenchOptions(
+            url=args.url, out=args.out, model=args.model,
+            api_key=_read_key(args.api_key_file) if args.api_key_file else None,
+            concurrency=args.concurrency, input_len=args.input_len,
+            output_len=args.output_len, requests_per_level=args.requests_per_level,
+            warmup=args.warmup, seed=args.seed, timeout=args.timeout,
+            chat=args.endpoint == "chat", quiet=args.quiet, detailed=args.save_detailed,
+        )
+        levels = asyncio.run(run_bench(options, nvml_memory_reader()))
+    except BenchError as exc:
+        print(f"onecat bench: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # a malformed --url
+        print(f"onecat bench: --url: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"onecat bench: cannot write results to {args.out}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
+    if not any(level["completed"] for level in levels):
+        errors: dict[str, int] = {}
+        for level in levels:
+            for reason, count in level["errors"].items():
+                errors[reason] = errors.get(reason, 0) + count
+        print(f"onecat bench: every request failed ({errors}); see {args.out}/summary.md",
+              file=sys.stderr)
+        return 1
+    return 0

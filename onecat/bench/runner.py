@@ -1,0 +1,212 @@
+"""Closed-loop load generation: c clients, each sending its next request when the last ends.
+
+This is `vllm bench serve --request-rate inf --max-concurrency c`. Every
+request streams with include_usage and ignore_eos; the chunk timestamps give
+TTFT (first chunk carrying text), ITL (gaps between later chunks) and E2E (last
+chunk carrying text); output tokens come from usage.completion_tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+from onecat.bench.httpclient import Connection, Endpoint, HttpError
+from onecat.bench.sse import StreamingConnection
+
+
+@dataclass(frozen=True)
+class Target:
+    endpoint: Endpoint
+    model: str
+    chat: bool
+    headers: dict[str, str]
+    timeout: float
+
+    def connection(self) -> Connection:
+        return Connection(self.endpoint, self.headers)
+
+    def streaming_connection(self) -> StreamingConnection:
+        return StreamingConnection(self.endpoint, self.headers)
+
+    @property
+    def path(self) -> str:
+        return "/v1/chat/completions" if self.chat else "/v1/completions"
+
+    def body(self, prompt: str, max_tokens: int) -> dict:
+        body: dict = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        return body
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+@dataclass
+class RequestResult:
+    request_id: str = ""
+    ok: bool = False
+    error: str | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft: float | None = None
+    latency: float | None = None
+    itl: list[float] = field(default_factory=list)
+    start: float = 0.0  # time.perf_counter(): CLOCK_MONOTONIC on Linux
+    end: float = 0.0
+
+    def detail(self, level_start: float) -> dict:
+        """This request for --save-detailed (times in ms, start relative to the level)."""
+        tpot = None
+        if self.ok and self.latency is not None and self.ttft is not None \
+                and self.output_tokens > 1:
+            tpot = (self.latency - self.ttft) / (self.output_tokens - 1) * 1000
+        return {"id": self.request_id, "start_ms": (self.start - level_start) * 1000,
+                "ttft_ms": _ms(self.ttft), "tpot_ms": tpot, "e2el_ms": _ms(self.latency),
+                "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens,
+                "error": self.error}
+
+
+@dataclass
+class LiveCounters:
+    """What the progress line shows while a level runs."""
+
+    done: int = 0
+    failed: int = 0
+    chunks: int = 0
+
+
+class _Collector:
+    """Turns SSE payloads into timings as they arrive (called from the protocol)."""
+
+    def __init__(self, result: RequestResult, live: LiveCounters, chat: bool) -> None:
+        self.result = result
+        self.live = live
+        self.chat = chat
+        self.last = result.start
+        self.chunks = 0
+        self.usage: dict | None = None
+        self.done = False
+
+    def __call__(self, data: bytes, now: float) -> None:
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            raise HttpError("bad_response", "a stream chunk is not JSON") from None
+        if event.get("error"):
+            raise HttpError("server_error_in_stream", str(event["error"])[:200])
+        if event.get("usage"):
+            self.usage = event["usage"]
+        choices = event.get("choices")
+        if not choices:
+            return
+        choice = choices[0]
+        text = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")
+        if not text:
+            return
+        result = self.result
+        if result.ttft is None:
+            result.ttft = now - result.start
+        else:
+            result.itl.append(now - self.last)
+        self.last = now
+        self.chunks += 1
+        self.live.chunks += 1
+
+
+async def _stream(conn: StreamingConnection, target: Target, body: bytes,
+                  result: RequestResult, live: LiveCounters) -> None:
+    result.start = time.perf_counter()
+    collect = _Collector(result, live, target.chat)
+    await conn.post(target.path, body, collect, result.request_id or None)
+    if not collect.done:
+        raise HttpError("truncated_stream", "the stream ended without [DONE]")
+    if result.ttft is None:
+        raise HttpError("empty_output", "no chunk carried text")
+    result.latency = collect.last - result.start
+    if collect.usage:
+        result.output_tokens = int(collect.usage.get("completion_tokens") or collect.chunks)
+        result.prompt_tokens = int(collect.usage.get("prompt_tokens") or 0)
+    else:
+        result.output_tokens = collect.chunks  # server ignored include_usage: a token per chunk
+    result.ok = True
+
+
+async def send(conn: StreamingConnection, target: Target, prompt: str, max_tokens: int,
+               live: LiveCounters, request_id: str = "") -> RequestResult:
+    """One request, never raising and never running past target.timeout.
+
+    request_id goes out as the X-Request-Id header (vLLM logs it as the request's id).
+    """
+    result = RequestResult(request_id=request_id)
+    body = json.dumps(target.body(prompt, max_tokens)).encode()
+    try:
+        await asyncio.wait_for(_stream(conn, target, body, result, live), timeout=target.timeout)
+    except TimeoutError:
+        result.error = "timeout"
+        conn.close()
+    except HttpError as exc:
+        result.error = exc.reason
+    except OSError as exc:
+        result.error = f"os_error_{exc.errno}" if exc.errno else "os_error"
+        conn.close()
+    result.end = time.perf_counter()
+    if result.ok:
+        live.done += 1
+    else:
+        result.ttft = result.latency = None
+        result.itl = []
+        live.failed += 1
+    return result
+
+
+@dataclass
+class LevelRun:
+    concurrency: int
+    results: list[RequestResult]
+    duration: float
+    started: float  # time.perf_counter() when the level began
+
+
+async def run_level(target: Target, prompts: list[str], concurrency: int, max_tokens: int,
+                    live: LiveCounters, ids: list[str] | None = None) -> LevelRun:
+    """Exactly `concurrency` clients drain the prompt list in order."""
+    results: list[RequestResult] = [RequestResult() for _ in prompts]
+    next_index = 0
+
+    connections = [target.streaming_connection()
+                   for _ in range(min(concurrency, len(prompts)))]
+    # Connect every client first: a refused connect shows up as that request's error below.
+    await asyncio.gather(*(c.connect() for c in connections), return_exceptions=True)
+
+    async def client(conn: StreamingConnection) -> None:
+        nonlocal next_index
+        try:
+            while next_index < len(prompts):
+                i = next_index
+                next_index += 1
+                results[i] = await send(conn, target, prompts[i], max_tokens, live,
+                                        ids[i] if ids else "")
+        finally:
+            conn.close()
+
+    began = time.perf_counter()
+    await asyncio.gather(*(client(conn) for conn in connections))
+    duration = time.perf_counter() - began
+    return LevelRun(concurrency, results, duration, began)

@@ -1,0 +1,226 @@
+"""One benchmark run against one server: probe, build prompts, warm up, run each level."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from onecat import __version__
+from onecat.bench import output, prompts
+from onecat.bench.httpclient import Connection, Endpoint, HttpError
+from onecat.bench.metrics import level_metrics
+from onecat.bench.observe import MemoryReader, MemorySampler, MetricsScraper
+from onecat.bench.runner import LiveCounters, Target, run_level, send
+
+PROBE_TIMEOUT_S = 30.0
+TOKENIZE_CONNECTIONS = 16
+WARMUP_MAX_TOKENS = 16
+
+
+class BenchError(Exception):
+    """The run cannot start (unreachable server, wrong key, unknown model): exit 1."""
+
+
+@dataclass
+class BenchOptions:
+    url: str
+    out: Path
+    model: str | None = None
+    api_key: str | None = None
+    concurrency: list[int] = field(default_factory=lambda: [1, 8, 16, 32])
+    input_len: int = 500
+    output_len: int = 256
+    requests_per_level: int | None = None
+    warmup: int = 2
+    seed: int = 0
+    timeout: float = 600.0
+    chat: bool = False
+    quiet: bool = False
+    detailed: bool = False  # per-request records in bench-c<N>.json ("requests")
+    progress_interval: float = 2.0
+
+
+def requests_for(level: int, fixed: int | None) -> int:
+    """Default: 4 requests per client, at least 16, so each client closes the loop a few times."""
+    return fixed if fixed else max(4 * level, 16)
+
+
+def _say(opts: BenchOptions, message: str) -> None:
+    if not opts.quiet:
+        print(f"onecat bench: {message}", file=sys.stderr, flush=True)
+
+
+async def _probe(conn: Connection, opts: BenchOptions) -> str:
+    """Reachability, API key and model name, from GET /v1/models."""
+    try:
+        status, body = await asyncio.wait_for(conn.get_json("/v1/models"),
+                                              min(opts.timeout, PROBE_TIMEOUT_S))
+    except (TimeoutError, HttpError, OSError) as exc:
+        reason = exc.reason if isinstance(exc, HttpError) else "timeout"
+        raise BenchError(f"cannot reach {opts.url} ({reason}); check the URL and that the "
+                         "server is running (systemctl status vllm on the node)") from None
+    if status == 401:
+        raise BenchError(f"{opts.url} wants an API key: pass --api-key-file with the key")
+    if status != 200 or not isinstance(body, dict):
+        raise BenchError(f"{opts.url}/v1/models answered HTTP {status}; is this a vLLM server?")
+    served = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+    if opts.model:
+        if opts.model not in served:
+            raise BenchError(f"model {opts.model!r} is not served by {opts.url}; it serves "
+                             f"{served}: fix --model")
+        return opts.model
+    if not served:
+        raise BenchError(f"{opts.url}/v1/models lists no model")
+    return served[0]
+
+
+class _Tokenizer:
+    """Counts tokens through the server's POST /tokenize over a few pooled connections."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.pool: asyncio.Queue[Connection] = asyncio.Queue()
+        for _ in range(TOKENIZE_CONNECTIONS):
+            self.pool.put_nowait(target.connection())
+
+    def _body(self, text: str) -> dict:
+        if self.target.chat:
+            return {"model": self.target.model, "messages": [{"role": "user", "content": text}]}
+        return {"model": self.target.model, "prompt": text}
+
+    async def count(self, text: str) -> int:
+        conn = await self.pool.get()
+        try:
+            status, body = await asyncio.wait_for(conn.post_json("/tokenize", self._body(text)),
+                                                  PROBE_TIMEOUT_S)
+        except (TimeoutError, HttpError, OSError):
+            conn.close()
+            raise LookupError("tokenize failed") from None
+        finally:
+            self.pool.put_nowait(conn)
+        if status != 200 or not isinstance(body, dict) or not isinstance(body.get("count"), int):
+            raise LookupError(f"tokenize answered HTTP {status}")
+        return body["count"]
+
+    def close(self) -> None:
+        while not self.pool.empty():
+            self.pool.get_nowait().close()
+
+
+async def _build_prompts(target: Target, opts: BenchOptions, total: int) -> tuple[list[str], str]:
+    """All prompts of the run, built before any timing starts."""
+    tokenizer = _Tokenizer(target)
+    try:
+        try:
+            await tokenizer.count("hello")
+        except LookupError:
+            _say(opts, "the server has no /tokenize: estimating prompt lengths "
+                       "(real lengths are reported from usage.prompt_tokens)")
+            return [prompts.estimate_text(opts.seed, i, opts.input_len)
+                    for i in range(total)], "estimate"
+
+        async def one(i: int) -> str:
+            try:
+                text, _ = await prompts.exact_text(opts.seed, i, opts.input_len, tokenizer.count)
+                return text
+            except LookupError:
+                return prompts.estimate_text(opts.seed, i, opts.input_len)
+
+        _say(opts, f"building {total} prompts of {opts.input_len} tokens with /tokenize")
+        return list(await asyncio.gather(*(one(i) for i in range(total)))), "tokenize"
+    finally:
+        tokenizer.close()
+
+
+async def _progress(opts: BenchOptions, level: int, total: int, live: LiveCounters,
+                    stop: asyncio.Event) -> None:
+    last_chunks, last_t = 0, time.perf_counter()
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), opts.progress_interval)
+            return
+        except TimeoutError:
+            pass
+        now = time.perf_counter()
+        rate = (live.chunks - last_chunks) / max(now - last_t, 1e-9)
+        last_chunks, last_t = live.chunks, now
+        _say(opts, f"c={level}: {live.done + live.failed}/{total} done, {live.failed} failed, "
+                   f"{rate:.0f} tok/s")
+
+
+async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = None,
+                    clock: Callable[[], float] = time.process_time) -> list[dict]:
+    """Run every level, write DIR/bench-c<N>.json as each ends and the summaries at the end."""
+    endpoint = Endpoint.parse(opts.url)
+    headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
+    probe = Connection(endpoint, headers)
+    try:
+        model = await _probe(probe, opts)
+    finally:
+        probe.close()
+    target = Target(endpoint, model, opts.chat, headers, opts.timeout)
+    sizes = [requests_for(c, opts.requests_per_level) for c in opts.concurrency]
+    all_prompts, source = await _build_prompts(target, opts, opts.warmup + sum(sizes))
+
+    live = LiveCounters()
+    warm = target.streaming_connection()
+    for i in range(opts.warmup):
+        result = await send(warm, target, all_prompts[i], min(opts.output_len, WARMUP_MAX_TOKENS),
+                            live, f"onecat-bench-{opts.seed}-warmup-{i}")
+        if not result.ok:
+            _say(opts, f"warmup request {i + 1} failed ({result.error})")
+    warm.close()
+
+    opts.out.mkdir(parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    run_info = {"url": opts.url, "model": model, "endpoint": target.path,
+                "input_len": opts.input_len, "output_len": opts.output_len,
+                "input_len_source": source, "seed": opts.seed, "warmup": opts.warmup,
+                "timeout_s": opts.timeout, "started_at": started, "onecat_version": __version__}
+    levels: list[dict] = []
+    offset = opts.warmup
+    sampler = MemorySampler(memory_reader)
+    for level, size in zip(opts.concurrency, sizes, strict=True):
+        level_prompts = all_prompts[offset:offset + size]
+        offset += size
+        _say(opts, f"level c={level}: {size} requests, {opts.input_len} in / "
+                   f"{opts.output_len} out")
+        live = LiveCounters()
+        scrape_conn = target.connection()
+
+        async def fetch_metrics(conn: Connection = scrape_conn) -> str | None:
+            status, text = await asyncio.wait_for(conn.get_text("/metrics"), 10)
+            return text if status == 200 else None
+
+        scraper = MetricsScraper(fetch_metrics)
+        stop = asyncio.Event()
+        side_tasks = [asyncio.ensure_future(scraper.run(stop))]
+        if not opts.quiet:
+            side_tasks.append(asyncio.ensure_future(_progress(opts, level, size, live, stop)))
+        cpu_before = clock()
+        sampler.start()
+        ids = [f"onecat-bench-{opts.seed}-{i}" for i in range(offset - size, offset)]
+        run = await run_level(target, level_prompts, level, opts.output_len, live, ids)
+        memory = sampler.stop()
+        cpu = clock() - cpu_before
+        stop.set()
+        await asyncio.gather(*side_tasks)
+        scrape_conn.close()
+        result = level_metrics(run.results, level, run.duration)
+        result.update(scraper.peaks)
+        result["gpu_memory_used_mib"] = memory
+        result["client_cpu_s"] = cpu
+        result.update(run_info)
+        if opts.detailed:
+            result["level_started_monotonic_s"] = run.started
+            result["requests"] = [r.detail(run.started) for r in run.results]
+        levels.append(result)
+        output.write_level(opts.out, result)
+        _say(opts, output.level_line(result))
+    output.write_summary(opts.out, run_info, levels)
+    return levels

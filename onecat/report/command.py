@@ -1,0 +1,77 @@
+"""`onecat report results/<run-id>`: the fleet table, the seed reference, outliers, plots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from onecat.report.analysis import DEFAULT_THRESHOLD, failures, find_outliers, fleet_medians
+from onecat.report.load import ReportError, load_run
+from onecat.report.render import build_json, build_markdown
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fraction between 0 and 1, e.g. 0.15")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report", help="render a fleet benchmark run (results/<run-id>) as markdown, JSON, PNG",
+        description="Reads RUN_DIR/<host>/bench-c<N>.json (and <host>/health.json when present) "
+                    "and writes report.md, report.json and PNG plots.")
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="results/<run-id>")
+    parser.add_argument("--out", type=Path, help="where to write the report (default: RUN_DIR)")
+    parser.add_argument("--threshold", type=_fraction, default=DEFAULT_THRESHOLD,
+                        help="flag nodes this fraction below the fleet median output tok/s "
+                             f"(default: {DEFAULT_THRESHOLD})")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.set_defaults(func=main)
+
+
+def make_report(run_dir: Path, out: Path, threshold: float = DEFAULT_THRESHOLD,
+                plots: bool = True) -> dict:
+    """Write report.md, report.json (and the plots) into `out`; returns the JSON document."""
+    nodes, warnings = load_run(run_dir)
+    medians = fleet_medians(nodes)
+    outliers = find_outliers(nodes, medians, threshold)
+    failed = failures(nodes)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[str] = []
+    if plots:
+        try:
+            from onecat.report.plots import write_plots
+        except ImportError:  # pragma: no cover - matplotlib is a dependency
+            warnings.append("matplotlib is not installed: no plots (pip install matplotlib)")
+        else:
+            written = write_plots(nodes, out)
+    run_id = run_dir.resolve().name
+    args = (run_id, nodes, medians, outliers, failed, threshold, warnings, written)
+    document = build_json(*args)
+    (out / "report.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    (out / "report.md").write_text(build_markdown(*args))
+    return document
+
+
+def main(args: argparse.Namespace) -> int:
+    out = args.out or args.run_dir
+    try:
+        document = make_report(args.run_dir, out, args.threshold, not args.no_plots)
+    except ReportError as exc:
+        print(f"onecat report: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"onecat report: cannot write the report into {out}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
+    flagged = len(document["outliers"])
+    print(f"onecat report: wrote {out / 'report.md'} ({len(document['nodes'])} nodes, "
+          f"{flagged} outlier(s))", file=sys.stderr)
+    return 0

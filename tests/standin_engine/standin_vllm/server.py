@@ -1,0 +1,455 @@
+"""The OpenAI-compatible HTTP API of the stand-in, on one asyncio loop (like uvicorn).
+
+Routes and shapes follow vLLM's api_server: /health, /v1/models, /v1/completions,
+/v1/chat/completions (SSE streaming with `data: [DONE]`, include_usage),
+POST /tokenize, GET /metrics. Only /v1/* routes need the API key, as in vLLM.
+A request's arrival is stamped when its first bytes come off the socket, so
+the simulated prefill starts then, however busy the loop is afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from http import HTTPStatus
+from itertools import islice
+
+from standin_vllm import tokenizer
+from standin_vllm.engine import Engine
+from standin_vllm.settings import hits
+
+
+@dataclass
+class ServeConfig:
+    served_names: list[str]
+    model_path: str
+    max_model_len: int
+    vocab_size: int
+    api_key: str | None
+    access_log: bool
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    arrived: float
+    line: str
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+def _dumps(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: parses requests, runs them one at a time (keep-alive)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.arrived = 0.0
+        self.busy = False
+        self.keep_alive = True
+        self.lost = asyncio.get_running_loop().create_future()
+        self.peer = ("-", 0)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername") or ("-", 0)
+        self.app.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.app.connections.discard(self)
+        if not self.lost.done():
+            self.lost.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.buf:
+            self.arrived = time.monotonic()
+        self.buf += data
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return
+        lines = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            key, _, value = line.partition(":")
+            headers[key.strip().lower()] = value.strip()
+        length = int(headers.get("content-length") or 0)
+        if len(self.buf) < end + 4 + length:
+            return
+        body = bytes(self.buf[end + 4:end + 4 + length])
+        del self.buf[:end + 4 + length]
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            self.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n"
+                       b"connection: close\r\n\r\n")
+            self.close()
+            return
+        self.keep_alive = headers.get("connection", "").lower() != "close"
+        request = Request(parts[0], parts[1], headers, body, self.arrived, lines[0])
+        self.arrived = time.monotonic()  # a pipelined request arrived no later than now
+        self.busy = True
+        task = asyncio.ensure_future(self.app.handle(self, request))
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self.busy = False
+        if not task.cancelled() and task.exception() is not None:
+            sys.stderr.write(f"ERROR: request failed: {task.exception()!r}\n")
+            self.keep_alive = False
+        if not self.keep_alive:
+            self.close()
+        elif self.buf:
+            self._next()
+
+    def write(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("the client went away")
+        self.transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class App:
+    def __init__(self, config: ServeConfig, engine: Engine) -> None:
+        self.config = config
+        self.engine = engine
+        self.connections: set[Connection] = set()
+
+    # --- plumbing ----------------------------------------------------------
+    def _log(self, conn: Connection, request: Request, status: int) -> None:
+        if self.config.access_log:
+            phrase = HTTPStatus(status).phrase
+            sys.stdout.write(f'INFO:     {conn.peer[0]}:{conn.peer[1]} - "{request.line}" '
+                             f"{status} {phrase}\n")
+            sys.stdout.flush()
+
+    def _head(self, status: int, headers: dict[str, str]) -> bytes:
+        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "server: uvicorn",
+                 f"date: {time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime())}"]
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def _send(self, conn: Connection, request: Request, status: int, body: bytes,
+              content_type: str = "application/json") -> None:
+        headers = {"content-type": content_type, "content-length": str(len(body))}
+        if not conn.keep_alive:
+            headers["connection"] = "close"
+        conn.write(self._head(status, headers) + body)
+        self._log(conn, request, status)
+
+    def _send_json(self, conn: Connection, request: Request, status: int, obj: object) -> None:
+        self._send(conn, request, status, _dumps(obj))
+
+    # --- routing -----------------------------------------------------------
+    async def handle(self, conn: Connection, request: Request) -> None:
+        path = request.path.split("?", 1)[0]
+        key = self.config.api_key
+        if key and path.startswith("/v1") and (
+                request.headers.get("authorization") != f"Bearer {key}"):
+            self._send_json(conn, request, 401, {"error": "Unauthorized"})
+            return
+        try:
+            if request.method == "GET":
+                self._get(conn, request, path)
+            elif request.method == "POST":
+                await self._post(conn, request, path)
+            else:
+                self._send_json(conn, request, 405, {"detail": "Method Not Allowed"})
+        except ApiError as err:
+            self._send_json(conn, request, err.status, {"error": {
+                "message": str(err), "type": err.kind, "param": None, "code": err.status}})
+        except ConnectionError:
+            conn.keep_alive = False
+
+    def _get(self, conn: Connection, request: Request, path: str) -> None:
+        if path == "/health":
+            self._send(conn, request, 200, b"")
+        elif path == "/v1/models":
+            self._send_json(conn, request, 200, self._models())
+        elif path == "/metrics":
+            self._send(conn, request, 200, self._metrics().encode(),
+                       "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/version":
+            self._send_json(conn, request, 200, {"version": self.engine.settings.version})
+        else:
+            self._send_json(conn, request, 404, {"detail": "Not Found"})
+
+    async def _post(self, conn: Connection, request: Request, path: str) -> None:
+        try:
+            body = json.loads(request.body or b"{}")
+        except ValueError as exc:
+            raise ApiError(400, f"Invalid JSON body: {exc}") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "The request body must be a JSON object.")
+        if path == "/tokenize" and not self.engine.settings.no_tokenize:
+            self._send_json(conn, request, 200, self._tokenize(body))
+        elif path == "/v1/completions":
+            await self._generate(conn, request, body, chat=False)
+        elif path == "/v1/chat/completions":
+            await self._generate(conn, request, body, chat=True)
+        else:
+            self._send_json(conn, request, 404, {"detail": "Not Found"})
+
+    # --- endpoints ---------------------------------------------------------
+    def _models(self) -> dict:
+        cfg = self.config
+        now = int(time.time())
+        return {"object": "list", "data": [
+            {"id": name, "object": "model", "created": now, "owned_by": "vllm",
+             "root": cfg.model_path, "parent": None, "max_model_len": cfg.max_model_len,
+             "permission": []}
+            for name in cfg.served_names]}
+
+    def _check_model(self, body: dict) -> str:
+        names = self.config.served_names
+        model = body.get("model") or names[0]
+        if model not in names:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
+        return model
+
+    @staticmethod
+    def _prompt(body: dict, chat: bool) -> tuple[str | list[int], bool]:
+        """The prompt text (or token ids) and whether special tokens are added."""
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise ApiError(400, "messages must be a non-empty list")
+            add_gen = body.get("add_generation_prompt", True)
+            text = tokenizer.render_chat(messages, add_generation_prompt=bool(add_gen))
+            return text, bool(body.get("add_special_tokens", False))
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            return list(prompt), False
+        if not isinstance(prompt, str):
+            raise ApiError(400, "prompt must be a string or a list of token ids "
+                                "(the stand-in serves one prompt per request)")
+        return prompt, bool(body.get("add_special_tokens", True))
+
+    def _tokenize(self, body: dict) -> dict:
+        self._check_model(body)
+        prompt, special = self._prompt(body, chat="messages" in body)
+        ids = (prompt if isinstance(prompt, list)
+               else tokenizer.tokenize_text(prompt, self.config.vocab_size, special))
+        return {"count": len(ids), "max_model_len": self.config.max_model_len,
+                "tokens": ids, "token_strs": None}
+
+    async def _generate(self, conn: Connection, request: Request, body: dict,
+                        chat: bool) -> None:
+        cfg = self.config
+        engine = self.engine
+        settings = engine.settings
+        model = self._check_model(body)
+        if int(body.get("n", 1) or 1) != 1:
+            raise ApiError(400, "the stand-in serves n=1 only")
+        prompt, special = self._prompt(body, chat)
+        if isinstance(prompt, list):
+            n_prompt, seed_text = len(prompt), " ".join(map(str, prompt))
+        else:
+            n_prompt, seed_text = tokenizer.count_tokens(prompt, special), prompt
+        key = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
+        max_tokens = body.get(key)
+        if max_tokens is None:
+            max_tokens = cfg.max_model_len - n_prompt if chat else 16
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ApiError(400, f"{key} must be at least 1, got {max_tokens}.")
+        if n_prompt + max_tokens > cfg.max_model_len:
+            raise ApiError(400, (
+                f"This model's maximum context length is {cfg.max_model_len} tokens. However, "
+                f"you requested {n_prompt + max_tokens} tokens ({n_prompt} in the messages, "
+                f"{max_tokens} in the completion). Please reduce the length of the messages "
+                "or completion."))
+        if hits(engine.next_ordinal("fail"), settings.fail_percent):
+            raise ApiError(500, "Injected failure (STANDIN_FAIL_PERCENT).", "InternalServerError")
+        temperature = body.get("temperature", 1.0)
+        seed = body.get("seed")
+        if temperature not in (0, 0.0) and seed is None:
+            seed = engine.next_ordinal("sample") * 7919  # sampling: vary between requests
+        count, finish = max_tokens, "length"
+        if not body.get("ignore_eos", False):
+            natural = tokenizer.natural_length(seed_text)
+            if natural < max_tokens:
+                count, finish = natural, "stop"
+        words = list(islice(tokenizer.generate_words(seed_text, seed, settings.broken), count))
+        stream = bool(body.get("stream", False))
+        include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
+        stall_after = None
+        if stream and hits(engine.next_ordinal("stall"), settings.stall_percent):
+            stall_after = min(settings.stall_after_tokens, count - 1)
+        if stream:
+            await self._stream(conn, request, model, chat, n_prompt, words, finish,
+                               include_usage, stall_after)
+            return
+        trace: dict = {}
+        await engine.run(n_prompt, count, lambda i: None, request.arrived, trace=trace)
+        self._trace(request, trace, count)
+        engine.finished(finish)
+        self._send_json(conn, request, 200,
+                        self._full_response(model, chat, n_prompt, words, finish))
+
+    def _trace(self, request: Request, trace: dict, tokens: int | None) -> None:
+        """STANDIN_TRACE_FILE: what the server really did, for checking a client's numbers."""
+        path = self.engine.settings.trace_file
+        if path:
+            line = {"request_id": request.headers.get("x-request-id"), "tokens": tokens, **trace}
+            with open(path, "a") as sink:
+                sink.write(json.dumps(line) + "\n")
+
+    @staticmethod
+    def _usage(prompt: int, completion: int) -> dict:
+        return {"prompt_tokens": prompt, "total_tokens": prompt + completion,
+                "completion_tokens": completion, "prompt_tokens_details": None}
+
+    def _full_response(self, model: str, chat: bool, prompt: int, words: list[str],
+                       finish: str) -> dict:
+        text = "".join(words)
+        base = {"id": ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+                "created": int(time.time()), "model": model,
+                "usage": self._usage(prompt, len(words))}
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text,
+                                              "tool_calls": []},
+                      "logprobs": None, "finish_reason": finish, "stop_reason": None}
+            return {**base, "object": "chat.completion", "choices": [choice]}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+                  "stop_reason": None}
+        return {**base, "object": "text_completion", "choices": [choice]}
+
+    @staticmethod
+    def _event(payload: bytes) -> bytes:
+        """One SSE event framed as one HTTP chunk."""
+        event = b"data: " + payload + b"\n\n"
+        return b"%x\r\n%s\r\n" % (len(event), event)
+
+    async def _stream(self, conn: Connection, request: Request, model: str, chat: bool,
+                      prompt: int, words: list[str], finish: str, include_usage: bool,
+                      stall_after: int | None) -> None:
+        conn.write(self._head(200, {"content-type": "text/event-stream; charset=utf-8",
+                                    "transfer-encoding": "chunked"}))
+        self._log(conn, request, 200)
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        # Chunks are a fixed prefix + the token + a fixed suffix: cheap at 6,000 tokens/s.
+        prefix = (f'{{"id":"{rid}","object":"{obj}","created":{int(time.time())},'
+                  f'"model":{json.dumps(model)},"choices":[{{"index":0,').encode()
+        usage_null = b',"usage":null' if include_usage else b""
+        last = len(words) - 1
+
+        def emit(i: int) -> None:
+            reason = b'"' + finish.encode() + b'"' if i == last else b"null"
+            text = json.dumps(words[i]).encode()
+            out = b""
+            if chat:
+                if i == 0:
+                    out = self._event(prefix + b'"delta":{"role":"assistant","content":""},'
+                                      b'"logprobs":null,"finish_reason":null}]' + usage_null + b"}")
+                out += self._event(prefix + b'"delta":{"content":' + text +
+                                   b'},"logprobs":null,"finish_reason":' + reason + b"}]" +
+                                   usage_null + b"}")
+            else:
+                out = self._event(prefix + b'"text":' + text + b',"logprobs":null,'
+                                  b'"finish_reason":' + reason + b',"stop_reason":null}]' +
+                                  usage_null + b"}")
+            conn.write(out)
+
+        async def stall() -> None:
+            """Send nothing until the client hangs up or STANDIN_STALL_S passes."""
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(conn.lost),
+                                       self.engine.settings.stall_s)
+
+        trace: dict = {}
+        done = await self.engine.run(prompt, len(words), emit, request.arrived, stall_after,
+                                     stall, trace)
+        self._trace(request, trace, len(words) if done else None)
+        if not done:
+            conn.keep_alive = False  # dropped mid-stream: no last chunk, no [DONE]
+            return
+        self.engine.finished(finish)
+        tail = b""
+        if include_usage:
+            usage = _dumps(self._usage(prompt, len(words)))
+            tail += self._event(prefix[:prefix.index(b',"choices"')] +
+                                b',"choices":[],"usage":' + usage + b"}")
+        conn.write(tail + self._event(b"[DONE]") + b"0\r\n\r\n")
+
+    # --- metrics -----------------------------------------------------------
+    def _metrics(self) -> str:
+        engine = self.engine
+        labels = f'engine="0",model_name="{self.config.served_names[0]}"'
+        plain = f"{{{labels}}}"
+        lines: list[str] = []
+
+        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+            for suffix, value in samples:
+                lines.append(f"{name}{suffix} {float(value)}")
+
+        metric("vllm:num_requests_running", "gauge",
+               "Number of requests in model execution batches.", [(plain, engine.running)])
+        metric("vllm:num_requests_waiting", "gauge",
+               "Number of requests waiting to be processed.", [(plain, engine.waiting)])
+        metric("vllm:kv_cache_usage_perc", "gauge",
+               "KV-cache usage. 1 means 100 percent usage.", [(plain, engine.kv_usage())])
+        metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+               [(plain, engine.prompt_tokens_total)])
+        metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+               [(plain, engine.generation_tokens_total)])
+        metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+               [(f'{{{labels},finished_reason="{r}"}}', n)
+                for r, n in sorted(engine.success.items())])
+        for name, hist, help_text in (
+            ("vllm:time_to_first_token_seconds", engine.ttft, "Histogram of time to first token."),
+            ("vllm:inter_token_latency_seconds", engine.itl, "Histogram of inter-token latency."),
+            ("vllm:e2e_request_latency_seconds", engine.e2e, "Histogram of e2e request latency."),
+        ):
+            samples = [(f'_bucket{{{labels},le="{b}"}}', c)
+                       for b, c in zip(hist.BUCKETS, hist.counts, strict=True)]
+            samples += [(f'_bucket{{{labels},le="+Inf"}}', hist.count),
+                        (f"_count{{{labels}}}", hist.count), (f"_sum{{{labels}}}", hist.total)]
+            metric(name, "histogram", help_text, samples)
+        return "\n".join(lines) + "\n"
+
+
+async def serve(host: str, port: int, app: App, stop: asyncio.Event,
+                on_listening: object = None) -> None:
+    """Listen until `stop` is set; `on_listening(port)` is called once bound."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: Connection(app), host, port, backlog=1024,
+                                      reuse_address=True)
+    bound = server.sockets[0].getsockname()[1]
+    if callable(on_listening):
+        on_listening(bound)
+    await stop.wait()
+    server.close()
+    # Python >= 3.12 waits in wait_closed() for every client connection: close idle
+    # keep-alive ones ourselves, or `docker stop` would end in a SIGKILL.
+    for conn in list(app.connections):
+        conn.close()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(server.wait_closed(), 5)

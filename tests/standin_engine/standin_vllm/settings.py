@@ -1,0 +1,68 @@
+"""Timing and failure-injection knobs, read from STANDIN_* environment variables.
+
+The defaults reproduce the shape of the seed's 2xV100 table (section 4.1):
+TPOT(c) = 25 + 3.5 * (c - 1) ms gives ~40 tok/s at c=1 and ~240 tok/s at c=32.
+A test sets the variables it cares about and knows the truth exactly:
+
+  TTFT = queue wait + earlier prefills still running (STANDIN_PREFILL_SERIAL=1)
+         + STANDIN_PREFILL_MS + STANDIN_PREFILL_MS_PER_TOKEN * prompt_tokens
+  gap between tokens = STANDIN_DECODE_MS + STANDIN_DECODE_MS_PER_SEQ * (running - 1)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Settings:
+    startup_s: float = 1.0  # STANDIN_STARTUP_S: simulated model load before the port opens
+    prefill_ms: float = 10.0  # STANDIN_PREFILL_MS: fixed cost of a prefill
+    prefill_ms_per_token: float = 0.5  # STANDIN_PREFILL_MS_PER_TOKEN
+    prefill_serial: bool = True  # STANDIN_PREFILL_SERIAL: one prefill at a time, like a GPU
+    decode_ms: float = 25.0  # STANDIN_DECODE_MS: token gap with one sequence running
+    decode_ms_per_seq: float = 3.5  # STANDIN_DECODE_MS_PER_SEQ: extra gap per other sequence
+    kv_cache_tokens: int = 131072  # STANDIN_KV_CACHE_TOKENS: simulated KV cache capacity
+    num_gpus: int = 2  # STANDIN_NUM_GPUS: GPUs the "node" has
+    gpu_capability: float = 7.0  # STANDIN_GPU_CAPABILITY: 7.0 = V100 (no bfloat16)
+    fail_percent: float = 0.0  # STANDIN_FAIL_PERCENT: share of generation requests -> HTTP 500
+    stall_percent: float = 0.0  # STANDIN_STALL_PERCENT: share of streams that stall
+    stall_after_tokens: int = 8  # STANDIN_STALL_AFTER_TOKENS: tokens sent before the stall
+    stall_s: float = 600.0  # STANDIN_STALL_S: stall length, then the connection is dropped
+    no_tokenize: bool = False  # STANDIN_NO_TOKENIZE=1: POST /tokenize answers 404
+    broken: bool = False  # STANDIN_BROKEN=1: every generated token is "!" (NaN symptom)
+    startup_fail: str = ""  # STANDIN_STARTUP_FAIL=msg: die after loading, like a CUDA error
+    trace_file: str = ""  # STANDIN_TRACE_FILE=path: one JSON line per request (monotonic times)
+    log_stats_s: float = 10.0  # STANDIN_LOG_STATS_S: period of the throughput log line
+    version: str = "0.11.0+standin"  # STANDIN_VERSION: what `vllm --version` prints
+
+
+def _convert(kind: type, raw: str) -> object:
+    if kind is bool:
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    return kind(raw)
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """Build Settings from STANDIN_<FIELD> variables; unknown values fail loudly."""
+    env = os.environ if env is None else env
+    values: dict[str, object] = {}
+    for field in fields(Settings):
+        name = "STANDIN_" + field.name.upper()
+        if name in env:
+            kind = {"float": float, "int": int, "bool": bool, "str": str}[str(field.type)]
+            try:
+                values[field.name] = _convert(kind, env[name])
+            except ValueError:
+                raise SystemExit(
+                    f"stand-in: {name}={env[name]!r} is not a valid {kind.__name__}") from None
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def hits(ordinal: int, percent: float) -> bool:
+    """True for exactly `percent` % of ordinals 1, 2, 3, ... spread evenly (10 % -> 10, 20, ...)."""
+    if percent <= 0:
+        return False
+    return int(ordinal * percent / 100.0) > int((ordinal - 1) * percent / 100.0)

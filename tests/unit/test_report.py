@@ -1,0 +1,151 @@
+"""`onecat report`: the fleet table, the seed reference, outliers with health facts, plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from onecat.cli import main as onecat_main
+from onecat.report import reference
+from onecat.report.analysis import health_explanations
+from onecat.report.command import make_report
+from onecat.report.load import ReportError, load_run
+
+# Output tok/s per level for each node; node3 is 30 % slow at c=8 only.
+THROUGHPUT = {
+    "node1": {1: 40.0, 8: 160.0},
+    "node2": {1: 38.0, 8: 150.0},
+    "node3": {1: 39.0, 8: 105.0},
+}
+
+HEALTHY_GPU = {"pcie": {"gen": 3, "max_gen": 3, "width": 16, "max_width": 16},
+               "throttle_reasons": []}
+
+
+def _level(c: int, out_tps: float) -> dict:
+    return {
+        "max_concurrency": c, "completed": 16, "failed": 0, "errors": {},
+        "model": "qwen14b", "input_len": 500, "output_len": 256,
+        "output_throughput": out_tps, "total_token_throughput": out_tps * 3,
+        "median_ttft_ms": 300.0 * c, "p99_ttft_ms": 450.0 * c, "median_tpot_ms": 25.0 + c,
+        "gpu_memory_used_mib": [10752, 10790], "kv_cache_usage_perc_max": 0.1 * c,
+    }
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    run = tmp_path / "results" / "20261202T1500-abc123"
+    for host, levels in THROUGHPUT.items():
+        (run / host).mkdir(parents=True)
+        for c, tps in levels.items():
+            (run / host / f"bench-c{c}.json").write_text(json.dumps(_level(c, tps)))
+    health = {"verdict": "degraded", "summary": "degraded (2 GPUs)",
+              "gpus": [{"index": 0, "pcie": {"gen": 2, "max_gen": 3, "width": 8,
+                                              "max_width": 16},
+                        "throttle_reasons": []},
+                       {"index": 1, **HEALTHY_GPU,
+                        "throttle_reasons": ["sw_thermal_slowdown"]}],
+              "pairs": [{"gpus": [0, 1], "p2p_read": "CHIPSET_NOT_SUPPORTED"}]}
+    (run / "node3" / "health.json").write_text(json.dumps(health))
+    (run / "node1" / "health.json").write_text(json.dumps(
+        {"verdict": "healthy", "gpus": [{"index": 0, **HEALTHY_GPU}],
+         "pairs": [{"gpus": [0, 1], "p2p_read": "OK"}]}))
+    return run
+
+
+def test_report_files_table_and_outlier(run_dir):
+    document = make_report(run_dir, run_dir)
+    for name in ("report.md", "report.json", "throughput_vs_concurrency.png",
+                 "ttft_vs_concurrency.png"):
+        assert (run_dir / name).is_file(), name
+    for png in ("throughput_vs_concurrency.png", "ttft_vs_concurrency.png"):
+        data = (run_dir / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert json.loads((run_dir / "report.json").read_text()) == document
+    # Fleet median at c=8 is 150; node3 (105) is 30 % below, the others are not flagged.
+    (outlier,) = document["outliers"]
+    assert (outlier["host"], outlier["concurrency"]) == ("node3", 8)
+    assert outlier["fleet_median_output_throughput"] == 150.0
+    assert outlier["below_median"] == pytest.approx(0.30)
+    assert document["fleet_median"]["1"]["output_throughput"] == 39.0
+    md = (run_dir / "report.md").read_text()
+    assert "| node1 | 8 | 160.0 | 480.0 | 2400.0 | 3600.0 | 33.0 | 10752 / 10790 | 0 |  |" in md
+    assert "| node3 | 8 | 105.0 | 315.0 |" in md and "30 % below median |" in md
+    assert "- **node3**: c=8: 105.0 tok/s (30 % below 150.0). Health: GPU 0 PCIe" in md
+    assert "GPU 0 PCIe link downtrained: Gen2 x8 (card supports Gen3 x16)" in md
+    assert "GPU 1 throttling: sw_thermal_slowdown" in md
+    assert "GPUs 0-1 P2P off (read: CHIPSET_NOT_SUPPORTED)" in md
+    # The seed's reference row next to the fleet median at c=8.
+    assert "| 8 | 3 | 150.0 | 450.0 | 2.40 | 33.0 | 140-180 | 1.2-2 | ~11.8 GB |" in md
+    assert "![throughput vs concurrency](throughput_vs_concurrency.png)" in md
+
+
+def test_threshold_decides_what_is_an_outlier(run_dir, tmp_path):
+    loose = make_report(run_dir, tmp_path / "loose", threshold=0.35, plots=False)
+    assert loose["outliers"] == []
+    assert "No node is more than 35 % below" in (tmp_path / "loose" / "report.md").read_text()
+    strict = make_report(run_dir, tmp_path / "strict", threshold=0.02, plots=False)
+    flagged = {(o["host"], o["concurrency"]) for o in strict["outliers"]}
+    assert flagged == {("node2", 1), ("node3", 8)}  # 38 < 0.98 x 39; node2 at c=8 is the median
+    node2 = next(o for o in strict["outliers"] if o["host"] == "node2")
+    assert node2["explanations"] == [] and not node2["health_known"]
+    assert "no health.json for this node" in (tmp_path / "strict" / "report.md").read_text()
+    assert not (tmp_path / "strict" / "throughput_vs_concurrency.png").exists()
+
+
+def test_health_explanations():
+    assert health_explanations(None) == []
+    assert health_explanations({"verdict": "healthy", "gpus": [{"index": 0, **HEALTHY_GPU}],
+                                "pairs": [{"gpus": [0, 1], "p2p_read": "OK"}]}) == []
+    idle = {"gpus": [{"index": 1, "pcie": {"gen": 1, "max_gen": 3, "width": 16,
+                                           "max_width": 16},
+                      "throttle_reasons": ["gpu_idle", "sw_power_cap"]}]}
+    assert health_explanations(idle) == [
+        "GPU 1 PCIe link downtrained: Gen1 x16 (card supports Gen3 x16, read while idle: "
+        "recheck under load)",
+        "GPU 1 throttling: sw_power_cap",
+    ]
+    assert health_explanations({"verdict": "unhealthy", "summary": "unhealthy (1 GPUs)"}) == [
+        "health verdict unhealthy: unhealthy (1 GPUs)"]
+
+
+def test_failed_requests_and_bad_files_are_reported(run_dir, tmp_path):
+    bad = _level(1, 40.0) | {"failed": 2, "errors": {"http_500": 2}}
+    (run_dir / "node1" / "bench-c1.json").write_text(json.dumps(bad))
+    (run_dir / "node2" / "bench-c8.json").write_text("{not json")
+    (run_dir / "empty-host").mkdir()
+    document = make_report(run_dir, tmp_path / "r", plots=False)
+    assert document["failures"] == [{"host": "node1", "concurrency": 1, "failed": 2,
+                                     "errors": {"http_500": 2}}]
+    assert any("bench-c8.json" in w for w in document["warnings"])
+    assert "empty-host: no bench-c<N>.json files" in document["warnings"]
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "- node1 at c=1: 2 failed: http_500 (2)" in md
+
+
+def test_load_errors_name_the_fix(tmp_path):
+    with pytest.raises(ReportError, match="is not a directory"):
+        load_run(tmp_path / "missing")
+    (tmp_path / "run" / "host").mkdir(parents=True)
+    with pytest.raises(ReportError, match="run the benchmark first"):
+        load_run(tmp_path / "run")
+
+
+def test_cli_report(run_dir, tmp_path, capsys):
+    assert onecat_main(["report", str(run_dir), "--out", str(tmp_path / "o"),
+                        "--no-plots"]) == 0
+    assert "1 outlier(s)" in capsys.readouterr().err
+    assert onecat_main(["report", str(tmp_path / "nope")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a directory" in err[0]
+
+
+def test_seed_reference_is_encoded_as_in_section_4_1():
+    assert sorted(reference.SEED_LEVELS) == [1, 8, 16, 32]
+    assert reference.SEED_LEVELS[1] == {"throughput_tok_s": (30, 40), "ttft_s": (0.3, 0.5),
+                                        "memory_per_card_gb": 10.5}
+    assert reference.SEED_LEVELS[32]["throughput_tok_s"] == (210, 240)
+    assert reference.SEED_LEVELS[16]["ttft_s"] == (2.5, 4.0)
+    assert reference.SEED_LEVELS[8]["memory_per_card_gb"] == 11.8
