@@ -1,5 +1,9 @@
 """`onecat fleet up|down`: the local simulated fleet (Debian 12 systemd nodes in Docker).
 
+`up` builds the node image and creates the nodes; `up --converge` also rolls site.yml
+out to them. The `fleet` scenario has three nodes: a PCIe pair, an NVLink pair and a
+pair with an uncorrectable ECC error that the health stage holds out.
+
 The fleet is a molecule scenario; this module only finds the tools and runs them,
 so what a newcomer starts by hand is exactly what CI converges.
 """
@@ -46,12 +50,18 @@ def fleet(args: argparse.Namespace) -> int:
     status = _run(["bash", str(NODE_IMAGE_BUILDER)])
     if status:
         return _fail("building the node image failed (see above)")
-    steps = ["create", "converge"] if args.converge else ["create"]
-    for step in steps:
-        status = _run([molecule, step, "-s", args.scenario])
-        if status:
-            return status
-    return 0
+    status = _run([molecule, "create", "-s", args.scenario])
+    if status or not args.converge:
+        return status
+    status = _run([molecule, "converge", "-s", args.scenario])
+    if status and args.scenario == "fleet":
+        print(
+            "onecat fleet: fleet-c is held out on purpose (its simulated GPU 1 has an "
+            "uncorrectable ECC error), so the rollout exits non-zero; the fleet summary above "
+            "shows why, and fleet-a and fleet-b serve.",
+            file=sys.stderr,
+        )
+    return status
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,7 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("action", choices=("up", "down"))
     parser.add_argument(
-        "--scenario", default="default", help="molecule scenario (default: %(default)s)"
+        "--scenario", default="fleet",
+        help="molecule scenario: fleet (3 nodes, one with a bad card) or default (2 nodes); "
+             "default: %(default)s",
     )
     parser.add_argument(
         "--converge",
