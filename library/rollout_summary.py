@@ -12,13 +12,13 @@ description:
     judgements, serve state) and returns one row per host with its status, verdict,
     serving or not, rolled back or not, and the reasons a host was held out.
   - Writes the summary as JSON to I(dest) (not in check mode). Meant to run once, on the
-    controller. Writing it is never reported as a change: it is the run's log.
+    controller. Writing it is never reported as a change, since it is the run's log.
 version_added: "0.1.0"
 author: onecat developers
 options:
   hosts:
     description: Host name to its facts (C(onecat_stage), C(onecat_stages_passed),
-      C(onecat_preflight), C(gpu_health), C(onecat_serve)).
+      C(onecat_preflight), C(gpu_health), C(vllm_serve_result)).
     type: dict
     required: true
   run_id:
@@ -34,7 +34,11 @@ options:
 EXAMPLES = r"""
 - name: Write the rollout summary.
   rollout_summary:
-    hosts: "{{ dict(groups['v100'] | zip(groups['v100'] | map('extract', hostvars))) }}"
+    hosts:
+      gpu-node-01:
+        onecat_stage: serve
+        onecat_stages_passed: [preflight, driver, runtime, health, serve]
+        vllm_serve_result: {serving: true, rolled_back: false, image_id: "sha256:0f3c..."}
     run_id: "{{ onecat_run_id }}"
     dest: results/{{ onecat_run_id }}/rollout.json
 """
@@ -56,8 +60,8 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.onecat_rollout import render_table, summarize
 
-FACT_KEYS = ("onecat_stage", "onecat_stages_passed", "onecat_preflight", "gpu_health",
-             "onecat_serve")
+FACT_KEYS = ("onecat_stage", "onecat_stages_passed", "onecat_skip_reason", "onecat_preflight",
+             "gpu_health", "vllm_serve_result")
 
 
 def main() -> None:
