@@ -86,15 +86,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write every request (id, TTFT, TPOT, E2E, tokens, error) "
                              "into bench-c<N>.json")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    # Fleet mode (-i) also takes ansible-playbook's --limit/--check/-e/--tags. Imported here so
+    # that `python -m onecat.bench` on a node needs nothing beyond this package.
+    from onecat.deploy_cli import add_run_options
+
+    add_run_options(parser, inventory=False)
     parser.set_defaults(func=main)
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    """Fleet mode hook: benchmark every node of args.inventory (wired by the benchmark role)."""
-    print("onecat bench: fleet mode (-i) is not wired yet; run the benchmark role instead "
-          "(ansible-playbook site.yml --tags bench), or benchmark one node with --url",
-          file=sys.stderr)
-    return 2
+    """Fleet mode: the benchmark playbook runs this client on every node against its own server."""
+    import json
+
+    from onecat.deploy_cli import run_fleet_command
+
+    load = {
+        "benchmark_concurrency": args.concurrency,
+        "benchmark_input_len": args.input_len,
+        "benchmark_output_len": args.output_len,
+        "benchmark_warmup": args.warmup,
+        "benchmark_seed": args.seed,
+        "benchmark_timeout_s": int(args.timeout),
+    }
+    if args.requests_per_level:
+        load["benchmark_requests_per_level"] = args.requests_per_level
+    if args.model:
+        load["benchmark_model"] = args.model
+    return run_fleet_command(args, "playbooks/benchmark.yml", extra_vars=[json.dumps(load)])
 
 
 def _read_key(path: Path) -> str:

@@ -170,9 +170,10 @@ def test_bad_command_lines_exit_2(argv):
     assert exc.value.code == 2
 
 
-def test_fleet_mode_hook_says_what_to_run(capsys):
-    assert onecat_main(["bench", "-i", "inventory.yml"]) == 2
-    assert "--tags bench" in capsys.readouterr().err
+def test_fleet_mode_names_a_missing_inventory(capsys, tmp_path):
+    missing = tmp_path / "inventory.yml"
+    assert onecat_main(["bench", "-i", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"onecat: inventory {missing} not found")
 
 
 def test_runs_stdlib_only_as_python_m_onecat_bench(tmp_path):
