@@ -3,8 +3,9 @@
 Stdlib only: this file also ships as ``module_utils/onecat_rollout.py`` for the
 ``rollout_summary`` module that the report stage runs on the controller.
 Input per host is the small subset of its hostvars that the stages set:
-``onecat_stage`` (last stage entered), ``onecat_stages_passed``,
-``onecat_preflight``, ``gpu_health`` and ``onecat_serve``.
+``onecat_stage`` (last stage entered), ``onecat_stages_passed``, ``onecat_skip_reason``
+(the rollout stopped before the host's batch),
+``onecat_preflight``, ``gpu_health`` and ``vllm_serve_result``.
 """
 
 from __future__ import annotations
@@ -23,27 +24,33 @@ def _reasons(stage: str, facts: Mapping[str, Any]) -> list[str]:
         problems = (facts.get("gpu_health") or {}).get("problems", [])
         return [p["message"] for p in problems if p.get("severity") == "error"]
     if stage == "serve":
-        reason = (facts.get("onecat_serve") or {}).get("reason")
-        return [reason] if reason else []
+        result = facts.get("vllm_serve_result") or {}
+        return [text for text in (result.get("reason"), result.get("rollback")) if text]
     return []
 
 
 def summarize_host(host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
     stage = facts.get("onecat_stage") or "not reached"
     passed = list(facts.get("onecat_stages_passed") or [])
-    serve = facts.get("onecat_serve") or {}
-    held = stage != "not reached" and stage not in passed
-    reasons = _reasons(stage, facts) if held else []
+    serve = facts.get("vllm_serve_result")
+    skipped = facts.get("onecat_skip_reason")
+    held = stage != "not reached" and stage not in passed and not skipped
+    reasons = [skipped] if skipped else (_reasons(stage, facts) if held else [])
     if held and not reasons:
         reasons = [f"failed during the {stage} stage: see this run's log for the task"]
     return {
         "host": host,
         "stage": stage,
-        "status": f"held at {stage}" if held else ("ok" if passed else "not run"),
+        "status": (
+            f"held at {stage}" if held
+            else f"untouched at {stage}" if skipped
+            else "ok" if passed else "not run"
+        ),
         "verdict": (facts.get("gpu_health") or {}).get("verdict"),
-        "serving": bool(serve.get("serving")),
-        "rolled_back": bool(serve.get("rolled_back")),
-        "image": serve.get("image_id"),
+        # None: this run did not reach the serve stage, so it cannot say.
+        "serving": None if serve is None else bool(serve.get("serving")),
+        "rolled_back": bool((serve or {}).get("rolled_back")),
+        "image": (serve or {}).get("image_id"),
         "reasons": reasons,
     }
 
@@ -66,8 +73,12 @@ def render_table(summary: Mapping[str, Any]) -> str:
     for row in summary["hosts"]:
         lines.append(
             f"{row['host']:<20} {row['stage']:<10} {row['status']:<18} "
-            f"{row['verdict'] or '-':<10} {'yes' if row['serving'] else 'no':<8} "
+            f"{row['verdict'] or '-':<10} {_yes_no(row['serving']):<8} "
             f"{'yes' if row['rolled_back'] else 'no'}"
         )
         lines.extend(f"    - {reason}" for reason in row["reasons"])
     return "\n".join(lines)
+
+
+def _yes_no(value: bool | None) -> str:
+    return "-" if value is None else ("yes" if value else "no")

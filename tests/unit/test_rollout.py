@@ -12,7 +12,7 @@ def test_summary_rows_for_served_held_and_preflight_stopped_hosts():
         "node-a": {"onecat_stage": "serve",
                    "onecat_stages_passed": ["preflight", "health", "serve"],
                    "gpu_health": {"verdict": "healthy", "problems": []},
-                   "onecat_serve": {"serving": True, "image_id": "sha256:abc"}},
+                   "vllm_serve_result": {"serving": True, "image_id": "sha256:abc"}},
         "node-c": {"onecat_stage": "health", "onecat_stages_passed": ["preflight"],
                    "gpu_health": {"verdict": "unhealthy", "problems": [
                        {"severity": "warning", "message": "GPU 0 runs at x8"},
@@ -31,6 +31,7 @@ def test_summary_rows_for_served_held_and_preflight_stopped_hosts():
     assert rows["node-c"]["reasons"] == [ECC]
     assert rows["node-d"]["reasons"] == ["no NVIDIA GPU found on the PCI bus"]
     assert rows["node-e"]["status"] == "not run"
+    assert rows["node-c"]["serving"] is None
     assert summary["held"] == ["node-c", "node-d"]
     assert summary["serving"] == ["node-a"]
     assert summary["run_id"] == "r1"
@@ -39,13 +40,16 @@ def test_summary_rows_for_served_held_and_preflight_stopped_hosts():
 def test_rolled_back_host_keeps_its_reason_and_unknown_failures_say_where():
     hosts = {
         "canary": {"onecat_stage": "serve", "onecat_stages_passed": ["preflight", "health"],
-                   "onecat_serve": {"serving": True, "rolled_back": True,
-                                    "reason": "smoke test returned one token repeated"}},
+                   "vllm_serve_result": {"serving": True, "rolled_back": True,
+                                    "reason": "smoke test returned one token repeated",
+                                    "rollback": "rolled back to the previous unit and image"}},
         "other": {"onecat_stage": "runtime", "onecat_stages_passed": ["preflight", "driver"]},
     }
     summary = summarize(hosts)
     rows = {row["host"]: row for row in summary["hosts"]}
-    assert rows["canary"]["reasons"] == ["smoke test returned one token repeated"]
+    assert rows["canary"]["reasons"] == [
+        "smoke test returned one token repeated", "rolled back to the previous unit and image"
+    ]
     assert rows["canary"]["serving"] is True
     assert summary["rolled_back"] == ["canary"]
     assert rows["other"]["reasons"] == [
@@ -54,3 +58,12 @@ def test_rolled_back_host_keeps_its_reason_and_unknown_failures_say_where():
     table = render_table(summary).splitlines()
     assert table[2].split() == ["canary", "serve", "held", "at", "serve", "-", "yes", "yes"]
     assert table[3] == "    - smoke test returned one token repeated"
+
+
+def test_host_left_untouched_by_a_stopped_rollout_is_not_held():
+    hosts = {"node-b": {"onecat_stage": "serve", "onecat_stages_passed": ["preflight", "health"],
+                        "onecat_skip_reason": "rollout stopped before this batch"}}
+    (row,) = summarize(hosts)["hosts"]
+    assert row["status"] == "untouched at serve"
+    assert row["reasons"] == ["rollout stopped before this batch"]
+    assert summarize(hosts)["held"] == []

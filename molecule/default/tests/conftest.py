@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -31,19 +32,30 @@ class PlaybookRun:
         raise AssertionError(f"no recap line for {host} in:\n{self.output[-3000:]}")
 
 
+def inventory_dir() -> Path:
+    return Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+
+
+def read_lock() -> dict:
+    """The lock file, which molecule/shared/group_vars puts in the scenario's ephemeral folder."""
+    return json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "onecat.lock.json")
+                      .read_text())
+
+
 @pytest.fixture
 def run_playbook(tmp_path: Path):
     """Run a playbook text against the molecule fleet, the way a user runs ansible-playbook."""
-    inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
+    inventory = inventory_dir()
 
     def run(text: str, *extra: str) -> PlaybookRun:
         playbook = tmp_path / "play.yml"
         playbook.write_text(textwrap.dedent(text).replace("@PROJECT@", str(PROJECT)))
         proc = subprocess.run(
-            ["ansible-playbook", "-i", str(inventory), str(playbook), *extra],
+            ["ansible-playbook", "-i", str(inventory), str(playbook),
+             "-e", "onecat_driver_batch=100%", *extra],
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=900,
             check=False,
             env={**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"},
         )

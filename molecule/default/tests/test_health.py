@@ -52,18 +52,28 @@ def test_pcie_pair_recommends_no_custom_all_reduce():
     assert nvlink["recommendations"]["disable_custom_all_reduce"] is False
 
 
-def test_unhealthy_node_is_stopped_with_its_reason_and_the_other_continues(run_playbook):
-    run = run_playbook(ECC_PLAY, "-e", "onecat_max_unhealthy_percent=50")
+def test_unhealthy_node_is_stopped_with_its_reason_and_the_other_continues(
+    run_playbook, tmp_path
+):
+    # Its own report folder: the converged fleet's reports stay as the rollout wrote them.
+    run = run_playbook(ECC_PLAY, "-e", "onecat_max_unhealthy_percent=50",
+                       "-e", f"gpu_health_report_dir={tmp_path}")
     assert run.rc == 2, run.output[-3000:]
     assert run.recap("onecat-node2")["failed"] == 1
     assert run.recap("onecat-node1")["failed"] == 0
     assert "onecat-node2 failed the GPU health check (unhealthy" in run.output
     assert "aggregate uncorrectable ECC" in run.output or "uncorrectable" in run.output
     assert "onecat-node1 failed the GPU health check" not in run.output
+    report = json.loads((tmp_path / "onecat-node2.json").read_text())
+    assert report["verdict"] == "unhealthy"
+    assert [p["check"] for p in report["problems"] if p["severity"] == "error"] == [
+        "ecc_aggregate_uncorrected"
+    ]
 
 
-def test_too_many_unhealthy_nodes_stop_everything(run_playbook):
-    run = run_playbook(ECC_PLAY, "-e", "onecat_max_unhealthy_percent=10")
+def test_too_many_unhealthy_nodes_stop_everything(run_playbook, tmp_path):
+    run = run_playbook(ECC_PLAY, "-e", "onecat_max_unhealthy_percent=10",
+                       "-e", f"gpu_health_report_dir={tmp_path}")
     assert run.rc != 0
     # The healthy node does not get to its post-task: the whole stage was aborted.
     assert "Record that the host passed the health stage" not in run.output.split(

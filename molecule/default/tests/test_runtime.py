@@ -48,7 +48,7 @@ def test_toolkit_pinned_to_one_version_and_held(host, package):
 def test_toolkit_repository_is_signed_by_the_configured_key(host):
     keyring = "/etc/apt/keyrings/onecat-nvidia-container-toolkit.asc"
     source = host.file("/etc/apt/sources.list.d/onecat-nvidia-container-toolkit.list")
-    assert f"deb [signed-by={keyring}] file:///srv/onecat-test-apt /" in source.content_string
+    assert f"deb [signed-by={keyring}] file:///opt/onecat-test/apt /" in source.content_string
     assert "BEGIN PGP PUBLIC KEY BLOCK" in host.file(keyring).content_string
 
 

@@ -1,0 +1,116 @@
+"""The serve stage on two simulated nodes: built once, shipped, gated, locked, self-healing."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+from conftest import read_lock
+
+MODEL = "qwen25-7b-nvfp4"
+UNIT = "/etc/systemd/system/vllm.service"
+
+
+def completion(host) -> str:
+    body = json.dumps({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8,
+                       "temperature": 0})
+    out = host.check_output(
+        f"curl -sS -H 'Content-Type: application/json' -d '{body}' "
+        "http://127.0.0.1:8000/v1/completions")
+    return json.loads(out)["choices"][0]["text"]
+
+
+def unit_image(host) -> str:
+    match = re.search(r"^# onecat-image: (\S+)", host.file(UNIT).content_string, re.MULTILINE)
+    assert match, host.file(UNIT).content_string
+    return match.group(1)
+
+
+def wait_healthy(host, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if host.run("curl -fsS http://127.0.0.1:8000/health").rc == 0:
+            return
+        time.sleep(1)
+    raise AssertionError(host.run("journalctl -u vllm -n 30 --no-pager").stdout)
+
+
+def test_server_passed_its_gate_and_answers(host):
+    assert host.service("vllm").is_running
+    assert host.service("vllm").is_enabled
+    models = json.loads(host.check_output("curl -fsS http://127.0.0.1:8000/v1/models"))
+    assert [m["id"] for m in models["data"]] == [MODEL]
+    text = completion(host)
+    assert text.strip() and len(set(text.split())) > 1, text
+
+
+def test_unit_runs_the_locked_image_with_the_v100_flags(host):
+    unit = host.file(UNIT)
+    assert unit.mode == 0o644
+    content = unit.content_string
+    lock = read_lock()["engine_image"]
+    assert unit_image(host) == lock["image_id"]
+    assert f"    {lock['image_id']} \\\n    serve /models/{MODEL} \\\n" in content
+    for line in (
+        "ExecStartPre=-/usr/bin/docker rm --force vllm",
+        "ExecStop=/usr/bin/docker stop --time 60 vllm",
+        "Restart=on-failure",
+        "RestartSec=2",
+        "StartLimitBurst=5",
+        "TimeoutStartSec=900",
+        "    --ipc=host \\",
+        "    --publish 0.0.0.0:8000:8000 \\",
+        f"    --volume /srv/models/{MODEL}:/models/{MODEL}:ro \\",
+        "    --env-file /etc/onecat/vllm.env \\",
+        "    --env CUDA_DEVICE_ORDER=PCI_BUS_ID \\",
+        "    --env HF_HUB_OFFLINE=1 \\",
+        "    --entrypoint vllm \\",
+        f"    --served-model-name {MODEL} \\",
+        "    --dtype half \\",
+        "    --tensor-parallel-size 2 \\",
+        "    --max-model-len 8192 \\",
+        "    --gpu-memory-utilization 0.85 \\",
+    ):
+        assert line in content.splitlines() or line in content, line
+    # The health facts decide: the PCIe pair (node1, P2P not supported by its chipset) gets
+    # custom all-reduce and NCCL P2P off; the NVLink pair (node2, P2P OK) keeps both.
+    pcie = host.backend.hostname == "onecat-node1"
+    assert ("    --disable-custom-all-reduce" in content.splitlines()) is pcie
+    assert ("NCCL_P2P_DISABLE=1" in content) is pcie
+    assert "--attention-backend FLASH_ATTN_V100" in content
+    assert re.search(r"^    --max-num-seqs \d+ \\$", content, re.MULTILINE)
+    assert "--gpus" not in content  # the test seam: no NVIDIA runtime in these nodes
+    env = host.file("/etc/onecat/vllm.env")
+    assert (env.user, env.group, env.mode) == ("root", "root", 0o600)
+    assert host.file(UNIT + ".d").is_directory
+
+
+def test_image_built_once_and_shipped(host):
+    lock = read_lock()["engine_image"]
+    assert lock["recipe"]["source"] == "build"
+    assert lock["image_tag"].startswith("onecat/engine:1cat-vllm-1.5.0-")
+    inspect = json.loads(host.check_output(f"docker image inspect {lock['image_id']}"))[0]
+    assert lock["image_tag"] in inspect["RepoTags"]
+    assert inspect["Config"]["Labels"]["org.onecat.wheel-sha256"] == lock["recipe"]["wheel_sha256"]
+    built_here = host.file("/var/lib/onecat/engine-build").exists
+    assert built_here == (host.backend.hostname == "onecat-node1")
+
+
+def test_lock_names_the_image_that_serves(host):
+    lock = read_lock()["engine_image"]
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", lock["image_id"])
+    running = host.check_output("docker inspect --format '{{.Image}}' vllm")
+    assert running == lock["image_id"]
+
+
+def test_docker_kill_is_healed_by_systemd(host):
+    before = host.check_output("docker inspect --format '{{.State.StartedAt}}' vllm")
+    host.run("docker kill vllm")
+    time.sleep(3)
+    wait_healthy(host)
+    after = host.check_output("docker inspect --format '{{.State.StartedAt}}' vllm")
+    assert after != before
+    restarts = int(host.check_output("systemctl show vllm -p NRestarts --value"))
+    assert restarts >= 1
+    assert completion(host).strip()
