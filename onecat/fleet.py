@@ -33,7 +33,8 @@ def _fail(message: str) -> int:
 
 
 def _run(command: list[str]) -> int:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    path = os.environ.get("PATH", "")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{path}"}
     return subprocess.call(command, cwd=REPO, env=env)
 
 
@@ -43,6 +44,8 @@ def fleet(args: argparse.Namespace) -> int:
     molecule = _tool("molecule")
     if molecule is None:
         return _fail("molecule is not installed: run `pip install -e '.[test]'` in the repo")
+    if shutil.which("docker") is None:
+        return _fail("the docker CLI is not installed: run `bash scripts/bootstrap.sh` as root")
     if subprocess.call(["docker", "info"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
         return _fail("Docker is not running: start it (`systemctl start docker` or `dockerd &`)")
     if args.action == "down":

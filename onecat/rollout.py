@@ -4,7 +4,8 @@ Stdlib only: this file also ships as ``module_utils/onecat_rollout.py`` for the
 ``rollout_summary`` module that the report stage runs on the controller.
 Input per host is the small subset of its hostvars that the stages set:
 ``onecat_stage`` (last stage entered), ``onecat_stages_passed``, ``onecat_skip_reason``
-(the rollout stopped before the host's batch),
+(the rollout stopped before the host's batch), ``onecat_hold_reason`` (why a batched
+stage held the host out),
 ``onecat_preflight``, ``gpu_health`` and ``vllm_serve_result``.
 """
 
@@ -36,6 +37,8 @@ def summarize_host(host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
     skipped = facts.get("onecat_skip_reason")
     held = stage != "not reached" and stage not in passed and not skipped
     reasons = [skipped] if skipped else (_reasons(stage, facts) if held else [])
+    if held and not reasons and facts.get("onecat_hold_reason"):
+        reasons = [" ".join(str(facts["onecat_hold_reason"]).split())]
     if held and not reasons:
         reasons = [f"failed during the {stage} stage: see this run's log for the task"]
     return {

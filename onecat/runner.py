@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from onecat.rollout import render_table
+
 REPO = Path(__file__).resolve().parents[1]
 COUNTED = {
     "runner_on_ok": "ok",
@@ -176,7 +178,25 @@ def print_outcome(outcome: RunOutcome, stream: TextIO = sys.stdout) -> None:
             f"{c['failed'] + c['unreachable']:>4}",
             file=stream,
         )
+    rollout = outcome.run_dir / "rollout.json"
+    if rollout.is_file():
+        print("\n" + render_table(json.loads(rollout.read_text())) + "\n", file=stream)
     for host in outcome.failed_hosts:
         for error in outcome.hosts[host].errors:
             print(f"{host}: FAILED {error}", file=stream)
+    if outcome.rc != 0 and not outcome.failed_hosts:
+        # A playbook-level error (bad --limit, unreadable -e file, syntax): show Ansible's words.
+        for line in playbook_errors(outcome.run_dir):
+            print(line, file=stream)
     print(f"run {outcome.run_id}: {outcome.status}; artifacts in {outcome.run_dir}", file=stream)
+
+
+def playbook_errors(run_dir: Path, limit: int = 20) -> list[str]:
+    """The ERROR lines of ansible-playbook's output, else its last lines."""
+    stdout = run_dir / "runner" / "artifacts" / "ansible" / "stdout"
+    try:
+        lines = stdout.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    errors = [line for line in lines if "ERROR" in line]
+    return (errors or lines)[-limit:]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install what onecat's tests and its simulated fleet need on a Debian 12 / Ubuntu
-# machine, as root: Debian packages, a running Docker daemon, the project venv
+# Install what onecat's tests and its simulated fleet need on a Debian 12 machine
+# (the simulated nodes are Debian 12 and run the NVML test double compiled here), as root: Debian packages, a running Docker daemon, the project venv
 # and the node image. Safe to run again: each step checks before it acts.
 set -euo pipefail
 

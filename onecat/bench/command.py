@@ -66,18 +66,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key-file", type=Path,
                         help="file holding the server's API key, alone or as a VLLM_API_KEY= "
                              "line (sent as a Bearer token)")
-    parser.add_argument("--concurrency", type=_levels, default=[1, 8, 16, 32],
+    # Load-shape defaults are applied in main(): in fleet mode an option the user did not give
+    # must not override the inventory's benchmark_* variables.
+    parser.add_argument("--concurrency", type=_levels, default=None,
                         help="comma-separated concurrency levels (default: 1,8,16,32)")
-    parser.add_argument("--input-len", type=_positive(int), default=500,
+    parser.add_argument("--input-len", type=_positive(int), default=None,
                         help="prompt length in tokens (default: 500)")
-    parser.add_argument("--output-len", type=_positive(int), default=256,
+    parser.add_argument("--output-len", type=_positive(int), default=None,
                         help="output tokens per request, EOS ignored (default: 256)")
     parser.add_argument("--requests-per-level", type=_positive(int), default=None,
                         help="requests per level (default: max(4 x concurrency, 16))")
-    parser.add_argument("--warmup", type=_non_negative, default=2,
+    parser.add_argument("--warmup", type=_non_negative, default=None,
                         help="unmeasured requests before the first level (default: 2)")
-    parser.add_argument("--seed", type=int, default=0, help="prompt seed (default: 0)")
-    parser.add_argument("--timeout", type=_positive(float), default=600.0,
+    parser.add_argument("--seed", type=int, default=None, help="prompt seed (default: 0)")
+    parser.add_argument("--timeout", type=_positive(float), default=None,
                         help="per-request timeout in seconds (default: 600)")
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
                         help="OpenAI endpoint to load (default: completions)")
@@ -100,18 +102,18 @@ def run_fleet(args: argparse.Namespace) -> int:
 
     from onecat.deploy_cli import run_fleet_command
 
-    load = {
+    given = {
         "benchmark_concurrency": args.concurrency,
         "benchmark_input_len": args.input_len,
         "benchmark_output_len": args.output_len,
         "benchmark_warmup": args.warmup,
         "benchmark_seed": args.seed,
-        "benchmark_timeout_s": int(args.timeout),
+        "benchmark_timeout_s": None if args.timeout is None else int(args.timeout),
+        "benchmark_requests_per_level": args.requests_per_level,
+        "benchmark_model": args.model,
     }
-    if args.requests_per_level:
-        load["benchmark_requests_per_level"] = args.requests_per_level
-    if args.model:
-        load["benchmark_model"] = args.model
+    # Only what the user gave: the rest comes from the inventory's benchmark_* variables.
+    load = {name: value for name, value in given.items() if value is not None}
     return run_fleet_command(args, "playbooks/benchmark.yml", extra_vars=[json.dumps(load)])
 
 
@@ -131,9 +133,17 @@ def _read_key(path: Path) -> str:
     return key
 
 
+# The single-server defaults (the seed's section 4.1 shape).
+SINGLE_SERVER_DEFAULTS = {"concurrency": [1, 8, 16, 32], "input_len": 500, "output_len": 256,
+                          "warmup": 2, "seed": 0, "timeout": 600.0}
+
+
 def main(args: argparse.Namespace) -> int:
     if args.inventory:
         return run_fleet(args)
+    for name, value in SINGLE_SERVER_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.out is None:
         print("onecat bench: --out DIR is required (where the result files go)", file=sys.stderr)
         return 2

@@ -52,7 +52,8 @@ def load_run(run_dir: Path) -> tuple[list[NodeResult], list[str]]:
             node.health = health.get("gpu_health", health) if "gpus" not in health else health
         if node.levels:
             nodes.append(node)
-        elif host_dir.name not in ("plots",):
+        # Not hosts: plots, ansible-runner's artifacts, the health stage's reports.
+        elif host_dir.name not in ("plots", "runner", "health"):
             warnings.append(f"{host_dir.name}: no bench-c<N>.json files")
     if not nodes:
         raise ReportError(f"no {run_dir}/<host>/bench-c<N>.json files found; run the benchmark "

@@ -6,7 +6,13 @@ import io
 import re
 from pathlib import Path
 
-from onecat.runner import ProgressPrinter, error_line, new_run_id, run_playbook
+from onecat.runner import (
+    ProgressPrinter,
+    error_line,
+    new_run_id,
+    print_outcome,
+    run_playbook,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SYSFS = REPO / "tests" / "fixtures" / "sysfs"
@@ -69,3 +75,16 @@ def test_real_run_reports_the_failed_host_in_one_line(tmp_path):
         stream.getvalue()
     )
     assert (outcome.run_dir / "runner" / "artifacts" / "ansible" / "rc").read_text() == "2"
+
+
+def test_playbook_level_error_reaches_the_user(tmp_path):
+    inventory = write_inventory(tmp_path, {"good-node": "pcie-pair"})
+    outcome = run_playbook(
+        "playbooks/preflight.yml", str(inventory), limit="no-such-host",
+        results_dir=tmp_path / "results", stream=io.StringIO(),
+    )
+    assert outcome.rc != 0
+    assert outcome.failed_hosts == []
+    out = io.StringIO()
+    print_outcome(outcome, stream=out)
+    assert "no hosts" in out.getvalue().lower(), out.getvalue()

@@ -67,3 +67,11 @@ def test_host_left_untouched_by_a_stopped_rollout_is_not_held():
     assert row["status"] == "untouched at serve"
     assert row["reasons"] == ["rollout stopped before this batch"]
     assert summarize(hosts)["held"] == []
+
+
+def test_batched_stage_hold_reason_is_reported_flattened():
+    hosts = {"node-d": {"onecat_stage": "driver", "onecat_stages_passed": ["preflight"],
+                        "onecat_hold_reason": "nvidia_driver: branch 590\n  refused on Volta"}}
+    (row,) = summarize(hosts)["hosts"]
+    assert row["status"] == "held at driver"
+    assert row["reasons"] == ["nvidia_driver: branch 590 refused on Volta"]
