@@ -232,11 +232,13 @@ def main():
     host = platform.node()
     if pynvml is None:
         module.fail_json(
-            msg=missing_required_lib("nvidia-ml-py (pynvml; Debian/Ubuntu package python3-pynvml)",
-                                     url=None),
+            msg=missing_required_lib("nvidia-ml-py (pynvml; Debian/Ubuntu package python3-pynvml)"),
             exception=PYNVML_IMPORT_ERROR,
         )
-    thresholds = Thresholds.from_mapping(module.params)
+    try:
+        thresholds = Thresholds.from_mapping(module.params)
+    except ValueError as error:
+        module.fail_json(msg=f"gpu_health on {host}: {error}")
     try:
         readings = gather(pynvml, check_xid=thresholds.check_xid,
                           kernel_log_path=module.params["kernel_log_path"])

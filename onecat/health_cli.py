@@ -60,7 +60,12 @@ def run_local(args: argparse.Namespace) -> int:
               "(pip install nvidia-ml-py, or apt-get install python3-pynvml)", file=sys.stderr)
         return EXIT_CANNOT_CHECK
     try:
-        facts: dict[str, Any] = check_local(pynvml, _thresholds(args), args.kernel_log)
+        thresholds = _thresholds(args)
+    except ValueError as error:
+        print(f"onecat health: {error}", file=sys.stderr)
+        return EXIT_CANNOT_CHECK
+    try:
+        facts: dict[str, Any] = check_local(pynvml, thresholds, args.kernel_log)
     except NvmlUnavailable as error:
         print(f"onecat health: NVIDIA driver not loaded on {platform.node()}: NVML error "
               f"{error.code}: {error.text}; load it (`modprobe nvidia`, `nvidia-smi`) or "

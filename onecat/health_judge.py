@@ -88,6 +88,12 @@ class Thresholds:
                 chosen[key] = tuple(chosen[key])
         if "min_compute_capability" in chosen:
             chosen["min_compute_capability"] = str(chosen["min_compute_capability"])
+            # A typo must not switch the check off silently.
+            if _version(chosen["min_compute_capability"]) is None:
+                raise ValueError(
+                    f"min_compute_capability {chosen['min_compute_capability']!r} is not a "
+                    "compute capability such as 7.0"
+                )
         return cls(**chosen)
 
 

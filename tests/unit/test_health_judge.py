@@ -329,3 +329,13 @@ def test_summary_and_report_lines() -> None:
                         "driver 535.261.03)")
     assert lines[1].startswith("  WARNING pcie_link: the PCIe link of GPU 1 (00000000:5E:00.0")
     assert lines[2] == "  serve: parallelism data; nccl_p2p_disable, disable_custom_all_reduce"
+
+
+def test_a_mistyped_compute_capability_is_refused_not_ignored():
+    import pytest
+
+    from onecat.health_judge import Thresholds
+
+    with pytest.raises(ValueError, match=r"'abc' is not a compute capability such as 7\.0"):
+        Thresholds.from_mapping({"min_compute_capability": "abc"})
+    assert Thresholds.from_mapping({"min_compute_capability": 7.5}).min_compute_capability == "7.5"

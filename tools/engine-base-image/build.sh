@@ -5,13 +5,13 @@
 # python3 + python3-venv) and becomes an image with `docker import`. The tag carries
 # a hash of this script and its package list: a second run reuses the image.
 # Prints the image reference on stdout.
-#   ONECAT_DEBIAN_MIRROR      Debian mirror (default http://debian-mirror.invalid/debian)
+#   ONECAT_DEBIAN_MIRROR      Debian mirror (default: the one this machine's apt uses)
 #   ONECAT_ENGINE_BASE_REPO   image repository (default onecat/engine-base)
 #   ONECAT_CACHE_DIR          where downloaded .debs are kept (default /var/cache/onecat)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-mirror="${ONECAT_DEBIAN_MIRROR:-http://debian-mirror.invalid/debian}"
+mirror="$(bash "$(dirname "${BASH_SOURCE[0]}")/../lib/debian-mirror.sh")"
 suite="bookworm"
 repo="${ONECAT_ENGINE_BASE_REPO:-onecat/engine-base}"
 packages="$(grep -v '^#' "${here}/packages.txt" | xargs | tr ' ' ',')"

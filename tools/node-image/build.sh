@@ -7,7 +7,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-mirror="${ONECAT_DEBIAN_MIRROR:-http://debian-mirror.invalid/debian}"
+mirror="$(bash "${here}/../lib/debian-mirror.sh")"
 suite="bookworm"
 repo="${ONECAT_NODE_IMAGE_REPO:-onecat/debian12-systemd}"
 packages="$(grep -v '^#' "${here}/packages.txt" | xargs | tr ' ' ',')"
