@@ -137,14 +137,14 @@ def run_playbook(
     if check:
         cmdline.append("--check")
     for item in extra_vars:
-        cmdline += ["-e", item]
+        cmdline += ["-e", absolute_file_arg(item)]
     printer = ProgressPrinter(stream=stream, quiet=quiet)
     runner = ansible_runner.run(
         private_data_dir=str(run_dir / "runner"),
         project_dir=str(REPO),
         playbook=str(REPO / playbook),
         inventory=str(Path(inventory).resolve()),
-        limit=limit,
+        limit=absolute_file_arg(limit) if limit else None,
         tags=tags,
         cmdline=" ".join(_quote(c) for c in cmdline) or None,
         extravars={"onecat_run_id": run_id, "onecat_results_dir": str(run_dir)},
@@ -159,6 +159,12 @@ def run_playbook(
         ident="ansible",
     )
     return RunOutcome(run_id, run_dir, int(runner.rc), str(runner.status), printer.hosts)
+
+
+def absolute_file_arg(value: str) -> str:
+    """`@file` arguments (-e @vars.yml, --limit @retry) made absolute: ansible-playbook runs
+    from the repository, not from the directory the user typed the command in."""
+    return f"@{Path(value[1:]).resolve()}" if value.startswith("@") else value
 
 
 def _quote(text: str) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from onecat.runner import (
     ProgressPrinter,
+    absolute_file_arg,
     error_line,
     new_run_id,
     print_outcome,
@@ -88,3 +89,9 @@ def test_playbook_level_error_reaches_the_user(tmp_path):
     out = io.StringIO()
     print_outcome(outcome, stream=out)
     assert "no hosts" in out.getvalue().lower(), out.getvalue()
+
+
+def test_at_file_arguments_are_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert absolute_file_arg("@vars.yml") == f"@{tmp_path}/vars.yml"
+    assert absolute_file_arg("onecat_serve_batch=50%") == "onecat_serve_batch=50%"
