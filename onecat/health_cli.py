@@ -41,6 +41,31 @@ def add_local_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the full facts as JSON")
 
 
+# Local-check options and the gpu_health role variables they set in fleet mode.
+FLEET_VARS = {
+    "expected_gpus": "gpu_health_expected_gpus",
+    "min_compute_capability": "gpu_health_min_compute_capability",
+    "allow_display_active": "gpu_health_allow_display_active",
+    "allow_foreign_processes": "gpu_health_allow_foreign_processes",
+    "allowed_process": "gpu_health_allowed_processes",
+    "no_xid": "gpu_health_check_xid",
+    "kernel_log": "gpu_health_kernel_log_path",
+    "fail_on": "gpu_health_fail_on",
+}
+
+
+def _fleet_vars(args: argparse.Namespace) -> list[str]:
+    """Only the options given on the command line: the rest stays as the inventory says."""
+    add_local_options(parser := argparse.ArgumentParser(add_help=False))
+    defaults = parser.parse_args([])
+    chosen: dict[str, Any] = {}
+    for option, variable in FLEET_VARS.items():
+        value = getattr(args, option)
+        if value != getattr(defaults, option):
+            chosen[variable] = (not value) if option == "no_xid" else value
+    return [json.dumps(chosen)] if chosen else []
+
+
 def _thresholds(args: argparse.Namespace) -> Thresholds:
     return Thresholds.from_mapping({
         "expected_gpus": args.expected_gpus,
@@ -82,7 +107,11 @@ def run_local(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.local:
         return run_local(args)
-    return run_fleet_command(args, "playbooks/health.yml")
+    if args.json:
+        print("onecat health: --json is for --local; a fleet run writes each host's facts as "
+              "JSON under results/<run-id>/health/", file=sys.stderr)
+        return EXIT_CANNOT_CHECK
+    return run_fleet_command(args, "playbooks/health.yml", extra_vars=_fleet_vars(args))
 
 
 def register(subparsers: Any) -> None:

@@ -32,3 +32,23 @@ def test_module_entry_point_runs():
     )
     assert proc.returncode == 0
     assert "fleet" in proc.stdout
+
+
+def test_health_fleet_mode_passes_only_the_given_thresholds():
+    from onecat.health_cli import _fleet_vars
+
+    args = build_parser().parse_args(
+        ["health", "-i", "inv.yml", "--fail-on", "warning", "--no-xid", "--allowed-process", "vllm"]
+    )
+    assert _fleet_vars(args) == [
+        '{"gpu_health_allowed_processes": ["vllm"], "gpu_health_check_xid": false, '
+        '"gpu_health_fail_on": "warning"}'
+    ]
+    assert _fleet_vars(build_parser().parse_args(["health", "-i", "inv.yml"])) == []
+
+
+def test_health_fleet_mode_refuses_json(capsys, tmp_path):
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all: {}\n")
+    assert main(["health", "-i", str(inventory), "--json"]) == 2
+    assert "--json is for --local" in capsys.readouterr().err
