@@ -1,64 +1,10 @@
-"""Helpers shared by the verify tests of the default scenario."""
+"""Verify helpers of this scenario: the shared ones, in molecule/shared/verify_helpers.py."""
 
-from __future__ import annotations
-
-import json
-import os
-import re
-import subprocess
-import textwrap
-from dataclasses import dataclass
+import sys
 from pathlib import Path
 
-import pytest
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).parents[3]))
-RECAP = re.compile(
-    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
-    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
-    re.MULTILINE,
-)
+from verify_helpers import PROJECT, PlaybookRun, read_lock, run_playbook
 
-
-@dataclass
-class PlaybookRun:
-    rc: int
-    output: str
-
-    def recap(self, host: str) -> dict[str, int]:
-        for match in RECAP.finditer(self.output):
-            if match["host"] == host:
-                return {k: int(v) for k, v in match.groupdict().items() if k != "host"}
-        raise AssertionError(f"no recap line for {host} in:\n{self.output[-3000:]}")
-
-
-def inventory_dir() -> Path:
-    return Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
-
-
-def read_lock() -> dict:
-    """The lock file, which molecule/shared/group_vars puts in the scenario's ephemeral folder."""
-    return json.loads((Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "onecat.lock.json")
-                      .read_text())
-
-
-@pytest.fixture
-def run_playbook(tmp_path: Path):
-    """Run a playbook text against the molecule fleet, the way a user runs ansible-playbook."""
-    inventory = inventory_dir()
-
-    def run(text: str, *extra: str) -> PlaybookRun:
-        playbook = tmp_path / "play.yml"
-        playbook.write_text(textwrap.dedent(text).replace("@PROJECT@", str(PROJECT)))
-        proc = subprocess.run(
-            ["ansible-playbook", "-i", str(inventory), str(playbook),
-             "-e", "onecat_driver_batch=100%", *extra],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-            env={**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"},
-        )
-        return PlaybookRun(proc.returncode, proc.stdout + proc.stderr)
-
-    return run
+__all__ = ["PROJECT", "PlaybookRun", "read_lock", "run_playbook"]

@@ -44,6 +44,7 @@ def node(name: str):
 def test_first_rollout_holds_out_the_ecc_node_and_serves_the_others(run_playbook):
     results = str(EPHEMERAL / "results" / "first")
     run = run_playbook(SITE, "--tags", "all,bench", "-e", f"onecat_results_dir={results}")
+    print(f"\nfirst rollout, 3 nodes (one held), with benchmark: {run.seconds:.0f} s")
     assert run.rc == 2, run.output[-4000:]
     assert run.recap("fleet-c")["failed"] == 1
     assert run.recap("fleet-a")["failed"] == 0
@@ -73,6 +74,7 @@ def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
     b.run(PROBE)
     results = str(EPHEMERAL / "results" / "upgrade")
     run = run_playbook(SITE, "-e", BROKEN, "-e", f"onecat_results_dir={results}")
+    print(f"\nbroken upgrade, canary rolled back: {run.seconds:.0f} s")
     b.run("touch /var/tmp/onecat-probe.stop")
     assert run.rc == 2, run.output[-4000:]
     flat = " ".join(run.output.split())
@@ -95,6 +97,7 @@ def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
 def test_rerun_with_nothing_changed_changes_nothing(run_playbook):
     results = str(EPHEMERAL / "results" / "rerun")
     run = run_playbook(SITE, "-e", f"onecat_results_dir={results}")
+    print(f"\nre-run with nothing changed, 3 nodes: {run.seconds:.0f} s")
     assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
     for name in ("fleet-a", "fleet-b", "fleet-c"):
         assert run.recap(name)["changed"] == 0, run.output[-4000:]
