@@ -28,11 +28,16 @@ def write_level(out: Path, result: dict) -> Path:
 
 
 def _num(value: object, digits: int = 1) -> str:
+    """A metric for a table: floats rounded, missing values "n/a"."""
     if value is None:
         return "n/a"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+# Shared with the fleet report's tables.
+format_number = _num
 
 
 def level_line(r: dict) -> str:

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
+from onecat.bench.output import format_number as _f
 from onecat.report import reference
 from onecat.report.analysis import SHOWN, levels_of
 from onecat.report.load import NodeResult
-
-
-def _f(value: object, digits: int = 1) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def _memory(result: dict) -> str:
