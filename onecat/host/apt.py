@@ -138,8 +138,8 @@ def find_entries(entries: list[Entry], uris: list[str], exclude: list[str]) -> l
 
 def _dearmor(data: bytes) -> bytes:
     text = data.decode("ascii", errors="replace")
-    blocks = re.findall(r"-----BEGIN PGP PUBLIC KEY BLOCK-----(.*?)-----END PGP PUBLIC KEY BLOCK-----",
-                        text, re.S)
+    blocks = re.findall(
+        r"-----BEGIN PGP PUBLIC KEY BLOCK-----(.*?)-----END PGP PUBLIC KEY BLOCK-----", text, re.S)
     raw = b""
     for block in blocks:
         lines = block.strip().splitlines()

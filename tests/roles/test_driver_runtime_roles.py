@@ -250,9 +250,11 @@ def test_persistence_daemon_runs_in_persistence_mode(tmp_path, fake, user):
     # Defect 2: Ubuntu's unit starts nvidia-persistenced with --no-persistence-mode.
     data = run_playbook("persistenced.yml", {"h": {"fake_facts": OS[fake]}}, tmp_path,
                         check=True, diff=True)
-    result = _task_result(data, "h", "Override the persistence daemon's ExecStart with persistence mode on.")
+    result = _task_result(
+        data, "h", "Override the persistence daemon's ExecStart with persistence mode on.")
     assert result.get("changed"), result
-    after = result["diff"][0]["after"] if isinstance(result["diff"], list) else result["diff"]["after"]
+    diff = result["diff"][0] if isinstance(result["diff"], list) else result["diff"]
+    after = diff["after"]
     lines = after.splitlines()
     assert "ExecStart=" in lines  # resets the packaged ExecStart first
     assert (f"ExecStart=/usr/bin/nvidia-persistenced --user {user} --persistence-mode --verbose"
@@ -310,7 +312,8 @@ def test_locked_driver_version_holds_when_the_source_has_another(tmp_path):
     lock.write_text(json.dumps(before))
     data = run_playbook("versions.yml", {"h": _versions_host(tmp_path)}, tmp_path, check=False)
     assert host_outcome(data, "h")["failed_task"] is None, host_outcome(data, "h")
-    newest = "Read the newest version of the branch, ignoring the pin (no lock entry yet, or an upgrade)."
+    newest = ("Read the newest version of the branch, ignoring the pin "
+              "(no lock entry yet, or an upgrade).")
     assert _task_result(data, "h", newest).get("skipped")
     assert "Pin: version 1.0.0-locked" in (tmp_path / "onecat-nvidia-driver.pref").read_text()
     assert json.loads(lock.read_text()) == before
