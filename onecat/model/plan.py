@@ -546,7 +546,7 @@ def _suggestions(ctx: dict[str, Any]) -> tuple[list[str], bool]:
         four = round_down(max_tokens // 4)
         if four >= 512:
             tips.append(f"--max-model-len {four}: room for 4 sequences at that length")
-        for step in range(int(round(ctx["util"] * 100)) + 1, int(round(best_util * 100)) + 1):
+        for step in range(round(ctx["util"] * 100) + 1, round(best_util * 100) + 1):
             if memory_budget(ctx, util=step / 100)["concurrency"] >= 1:
                 tips.append(f"--gpu-memory-utilization {step / 100:.2f}: room for 1 sequence of "
                             f"{length} tokens (only if nothing else uses the GPUs; the rest of "
@@ -574,8 +574,8 @@ def _nothing_fits_tips(ctx: dict[str, Any]) -> list[str]:
     inside = memory["requested"] - memory["budget"] + ctx["kv_gpu"] * length
     need = max(inside / util, memory["outside"] / (1 - util) if util < 1 else 0)
     tips = [
-        f"nothing fits on {opts['gpus']}x{round(memory['total'] / GIB, 2):g} GiB: the weights alone "
-        f"take {gib(weights)} per GPU (+{gib(memory['activation']['peak'])} activation peak) "
+        f"nothing fits on {opts['gpus']}x{round(memory['total'] / GIB, 2):g} GiB: the weights "
+        f"alone take {gib(weights)} per GPU (+{gib(memory['activation']['peak'])} activation peak) "
         "and no context length, KV dtype or utilization changes that: not recommended on this "
         "hardware (the seed does not recommend 34B+ on 2x16 GB). It needs about "
         f"{math.ceil(need / GIB * 10) / 10:.1f} GiB per GPU at TP{tp} (e.g. 32 GB V100s) for "

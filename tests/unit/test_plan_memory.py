@@ -241,8 +241,8 @@ def test_llama3_rope_does_not_scale_the_limit_and_tokenizer_caps_it(tmp_path):
 def test_hybrid_linear_attention_models_are_refused(tmp_path, changes):
     config = {**mf.QWEN3_4B, "num_hidden_layers": 4}
     model = mf.build_model(tmp_path, config, "nvfp4-ct", config_changes=changes)
-    with pytest.raises(UnsupportedModelError, match="hybrid model .* per-request state outside "
-                                                    "vLLM's paged KV cache"):
+    with pytest.raises(UnsupportedModelError, match=r"hybrid model .* per-request state outside "
+                                                    r"vLLM's paged KV cache"):
         plan_model(str(model))
 
 
