@@ -132,7 +132,9 @@ def mutated(draw: st.DrawFn, document: Any, max_edits: int = 4) -> Any:
         paths = list(_paths(doc))
         if not paths:
             break
-        path = draw(st.sampled_from(paths))
+        # Shallow keys are the shapes parsers assume first: pick them more often.
+        depth = draw(st.integers(1, max(len(p) for p in paths)))
+        path = draw(st.sampled_from([p for p in paths if len(p) <= depth]))
         parent = doc
         for key in path[:-1]:
             parent = parent[key]

@@ -22,9 +22,9 @@ from fuzzkit import JSON, deep_json, dumps, examples, fuzz, mutated
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onecat.memory_plan import INVALID_INPUT, plan_model
-from onecat.model_inspect import inspect_model
-from onecat.safetensors_header import DTYPE_BITS, CheckpointError, read_checkpoint, read_header
+from onecat.model.plan import INVALID_INPUT, plan_model
+from onecat.model.checkpoint import inspect_model
+from onecat.model.safetensors import DTYPE_BITS, CheckpointError, read_checkpoint, read_header
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model_fixtures import COMPRESSED_TENSORS_NVFP4, MODELOPT_HF_QUANT, build_model  # noqa: E402
