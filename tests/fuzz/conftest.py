@@ -21,8 +21,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     write = terminalreporter.write_line
     terminalreporter.section("fuzz")
     for name, tally in sorted(tallies.items()):
-        write(f"{name:<44} {tally.inputs:>7} inputs {tally.crashed:>4} crashed "
-              f"{tally.hung:>3} hung  {tally.seconds:6.1f} s (slowest {tally.slowest * 1000:.0f} ms)")
+        write(f"{name:<52} {tally.inputs:>6} inputs {tally.crashed:>3} crashed "
+              f"{tally.hung:>2} hung {tally.seconds:5.1f} s (slowest "
+              f"{tally.slowest * 1000:.0f} ms)")
     inputs = sum(t.inputs for t in tallies.values())
     crashed = sum(t.crashed for t in tallies.values())
     hung = sum(t.hung for t in tallies.values())

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 from fuzzkit import JSON, dumps, examples, fuzz, mutated
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from onecat.bench import cli as command
@@ -22,7 +22,7 @@ from onecat.bench import prompts
 from onecat.bench.httpclient import Connection, Endpoint, HttpError
 from onecat.bench.observe import parse_gauges
 from onecat.bench.runner import LiveCounters, Target, send
-from onecat.bench.session import BenchError, BenchOptions, _probe
+from onecat.bench.session import LIMITS, BenchError, BenchOptions, _probe
 from onecat.bench.sse import _Protocol
 
 ENDPOINT = Endpoint("127.0.0.1", 8000, False, "")
@@ -176,7 +176,7 @@ def test_fuzz_side_request_replies(data: st.DataObject, path: str) -> None:
     body = data.draw(st.just(dumps(doc).encode()) | st.binary(max_size=40), label="body")
     reply = data.draw(http_response(body), label="reply")
     try:
-        status, parsed = asyncio.run(_side_request(reply, path))
+        status, _ = asyncio.run(_side_request(reply, path))
     except HttpError as error:
         assert error.reason
         return
@@ -194,6 +194,8 @@ class ScriptedModels:
 @settings(max_examples=examples(200))
 @given(status=st.sampled_from((200, 200, 200, 401, 404, 500)) | st.integers(),
        body=mutated(MODELS, max_edits=3) | JSON, model=st.none() | st.sampled_from(("qwen",)))
+@example(status=200, body={"data": 5}, model=None)
+@example(status=200, body={"data": [{"id": None}, {"id": 7}]}, model=None)
 @fuzz("bench: /v1/models shapes")
 def test_fuzz_models_probe(status: int, body: object, model: str | None) -> None:
     opts = BenchOptions(url="http://127.0.0.1:8000", out=Path("unused"), model=model)
@@ -235,16 +237,20 @@ ARG_TEXT = (st.sampled_from(("1", "8", "0", "-1", "nan", "inf", "-inf", "1e17", 
             | st.text(max_size=10) | st.integers().map(str) | st.floats().map(str))
 
 
+PARSER = argparse.ArgumentParser(exit_on_error=False)
+command.add_arguments(PARSER)
+
+
 @settings(max_examples=examples(300))
 @given(option=st.sampled_from(("--concurrency", "--input-len", "--output-len",
                                "--requests-per-level", "--warmup", "--timeout", "--seed")),
        value=ARG_TEXT)
+@example(option="--timeout", value="nan")
+@example(option="--requests-per-level", value="100000000000000000")
 @fuzz("bench: command-line numbers")
 def test_fuzz_bench_arguments(option: str, value: str) -> None:
-    parser = argparse.ArgumentParser(exit_on_error=False)
-    command.add_arguments(parser)
     try:
-        args = parser.parse_args(["--url", "http://127.0.0.1:8000", option, value])
+        args = PARSER.parse_args(["--url", "http://127.0.0.1:8000", option, value])
     except (argparse.ArgumentError, SystemExit):
         return
     parsed = getattr(args, option[2:].replace("-", "_"))
@@ -252,4 +258,4 @@ def test_fuzz_bench_arguments(option: str, value: str) -> None:
     for number in values:
         assert math.isfinite(number), (option, value, number)
         if option != "--seed":
-            assert number >= 0
+            assert 0 <= number <= max(LIMITS.values())

@@ -22,12 +22,12 @@ from fuzzkit import JSON, deep_json, dumps, examples, fuzz, mutated
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from onecat.model.plan import INVALID_INPUT, plan_model
 from onecat.model.checkpoint import inspect_model
+from onecat.model.plan import INVALID_INPUT, plan_model
 from onecat.model.safetensors import DTYPE_BITS, CheckpointError, read_checkpoint, read_header
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from model_fixtures import COMPRESSED_TENSORS_NVFP4, MODELOPT_HF_QUANT, build_model  # noqa: E402
+from model_fixtures import COMPRESSED_TENSORS_NVFP4, MODELOPT_HF_QUANT, build_model
 
 TINY = {
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 256,

@@ -8,6 +8,7 @@ msg), never an uncaught exception (Ansible shows those as "Module failed: <repr>
 from __future__ import annotations
 
 import contextlib
+import decimal
 import importlib.util
 import io
 import json
@@ -21,7 +22,7 @@ import ansible.module_utils
 import pytest
 from ansible.module_utils.testing import patch_module_args
 from fuzzkit import JSON, examples, fuzz
-from hypothesis import example, given, settings
+from hypothesis import example, given, reject, settings
 from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,8 +50,31 @@ def load(name: str) -> ModuleType:
     return module
 
 
+def _infinite(value: object) -> bool:
+    try:
+        return decimal.Decimal(str(value)).is_infinite()
+    except (decimal.DecimalException, ValueError):
+        return False
+
+
+def skip_upstream_int_overflow(args: dict) -> None:
+    """ansible-core 2.19's check_type_int raises OverflowError (not its TypeError) for an
+    infinite value of a `type: int` option: "Module failed: cannot convert Infinity to
+    integer" before any module code runs. Fixed upstream (ansible/ansible#87253, not in the
+    pinned release); such inputs are left out rather than counted against onecat."""
+    int_options = {"gpus", "max_model_len", "tensor_parallel_size", "expected_gpus",
+                   "min_memory_mib", "max_aggregate_uncorrected_ecc", "max_retired_pages",
+                   "max_volatile_uncorrected_ecc", "max_volatile_corrected_ecc",
+                   "warn_retired_pages", "min_pcie_gen", "min_pcie_width", "max_temperature_c"}
+    for name, value in args.items():
+        values = value if name == "xid_error_codes" and isinstance(value, list) else [value]
+        if (name in int_options or name == "xid_error_codes") and any(map(_infinite, values)):
+            reject()
+
+
 def run(module: ModuleType, args: dict) -> dict:
     """The module's JSON answer; an uncaught exception propagates (that is the crash)."""
+    skip_upstream_int_overflow(args)
     out = io.StringIO()
     with patch_module_args(args), contextlib.redirect_stdout(out), \
             contextlib.suppress(SystemExit):
