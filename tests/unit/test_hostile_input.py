@@ -11,6 +11,7 @@ import asyncio
 import json
 import math
 import os
+import signal
 import struct
 import sys
 import threading
@@ -34,6 +35,21 @@ from model_fixtures import QWEN25_14B, build_model, write_safetensors
 
 TINY = {**QWEN25_14B, "num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1024}
+
+
+@pytest.fixture
+def no_hang():
+    """Fail (instead of hanging CI) when the code under test blocks: the old code did, on a
+    FIFO, forever."""
+
+    def hung(signum, frame):
+        raise TimeoutError("hung for 20 s: a FIFO or device was read as a file")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
 
 
 def _one_line_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> str:
@@ -101,14 +117,14 @@ def test_plan_refuses_non_finite_numbers(tmp_path, capsys, option, value):
     _one_line_exit_2(capsys, ["plan", str(model), option, value], option)
 
 
-def test_plan_refuses_a_fifo_shard_instead_of_hanging(tmp_path, capsys):
+def test_plan_refuses_a_fifo_shard_instead_of_hanging(tmp_path, capsys, no_hang):
     model = build_model(tmp_path, TINY, "nvfp4-ct")
     (model / "model.safetensors").unlink()
     os.mkfifo(model / "model.safetensors")
     _one_line_exit_2(capsys, ["plan", str(model)], "model.safetensors", "is a FIFO")
 
 
-def test_plan_refuses_a_fifo_health_file(tmp_path, capsys):
+def test_plan_refuses_a_fifo_health_file(tmp_path, capsys, no_hang):
     model = build_model(tmp_path, TINY, "nvfp4-ct")
     os.mkfifo(tmp_path / "health.json")
     _one_line_exit_2(capsys, ["plan", str(model), "--health", str(tmp_path / "health.json")],
@@ -185,7 +201,7 @@ def test_report_refuses_wrong_types_and_writes_nothing(tmp_path, capsys, name, c
 # onecat health / preflight ----------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["device", "fifo"])
-def test_kernel_log_that_never_ends_is_refused_without_reading(tmp_path, kind):
+def test_kernel_log_that_never_ends_is_refused_without_reading(tmp_path, kind, no_hang):
     path = "/dev/zero" if kind == "device" else str(tmp_path / "kmsg")
     if kind == "fifo":
         os.mkfifo(path)
@@ -194,7 +210,7 @@ def test_kernel_log_that_never_ends_is_refused_without_reading(tmp_path, kind):
     assert text is None and source == path and "not a regular file" in failure
 
 
-def test_health_local_refuses_a_fifo_kernel_log(tmp_path, capsys):
+def test_health_local_refuses_a_fifo_kernel_log(tmp_path, capsys, no_hang):
     os.mkfifo(tmp_path / "kmsg")
     _one_line_exit_2(capsys, ["health", "--local", "--kernel-log", str(tmp_path / "kmsg")],
                      "--kernel log", "not a regular file")
