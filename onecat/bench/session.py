@@ -183,6 +183,10 @@ async def _progress(opts: BenchOptions, level: int, total: int, live: LiveCounte
 async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = None,
                     clock: Callable[[], float] = time.process_time) -> list[dict]:
     """Run every level, write DIR/bench-c<N>.json as each ends and the summaries at the end."""
+    problem = load_problem(opts.concurrency, opts.requests_per_level, opts.warmup,
+                           opts.input_len)
+    if problem:
+        raise BenchError(problem)
     endpoint = Endpoint.parse(opts.url)
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     probe = Connection(endpoint, headers)
