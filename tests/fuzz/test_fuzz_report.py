@@ -60,6 +60,8 @@ def run_files(draw: st.DrawFn) -> dict[str, dict[str, str]]:
 @example(files={"node1": {"bench-c1.json": dumps(LEVEL),
                           "health.json": dumps({**HEALTH, "gpus": ["x"]})},
                 "node2": {"bench-c1.json": dumps({**LEVEL, "output_throughput": 10.0})}})
+@example(files={"node1": {"bench-c1.json": dumps(LEVEL)},  # found by benchmarks/fuzz.py
+                "node2": {"bench-c1.json": dumps({**LEVEL, "errors": None})}})
 @fuzz("report: bench-c<N>.json and health.json")
 def test_fuzz_report_inputs(files: dict[str, dict[str, str]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
