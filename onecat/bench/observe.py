@@ -105,7 +105,9 @@ def parse_gauges(text: str) -> dict[str, float]:
     return values
 
 
-MetricsFetch = Callable[[], "str | None"]  # blocking: the /metrics text, None when it has none
+# Blocking: the /metrics text, None when the server has none.
+MetricsFetch = Callable[[], "str | None"]
+MAX_METRICS_BYTES = 8 << 20  # vLLM's page is a few hundred kB at most
 
 
 def http_metrics_fetch(host: str, port: int, tls: bool, base_path: str = "",
@@ -124,7 +126,7 @@ def http_metrics_fetch(host: str, port: int, tls: bool, base_path: str = "",
         try:
             conn.request("GET", f"{base_path}/metrics", headers=headers or {})
             response = conn.getresponse()
-            body = response.read()
+            body = response.read(MAX_METRICS_BYTES + 1)
         except (OSError, http.client.HTTPException):
             conn.close()
             state["conn"] = None
@@ -133,6 +135,10 @@ def http_metrics_fetch(host: str, port: int, tls: bool, base_path: str = "",
             return None
         if response.status != 200:
             raise OSError(f"/metrics answered HTTP {response.status}")
+        if len(body) > MAX_METRICS_BYTES:  # not a vLLM page: a missed sample, not a crash
+            conn.close()
+            state["conn"] = None
+            raise OSError(f"/metrics is larger than {MAX_METRICS_BYTES} bytes")
         return body.decode("utf-8", "replace")
 
     def close() -> None:

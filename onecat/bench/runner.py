@@ -103,6 +103,21 @@ class LiveCounters:
     chunks: int = 0
 
 
+def _usage(usage: object) -> dict[str, int]:
+    """The usage object's token counts; HttpError when they are not counts."""
+    if not isinstance(usage, dict):
+        raise HttpError("bad_response", "usage is not a JSON object")
+    counts = {}
+    for key in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or value < 0:
+            raise HttpError("bad_response", f"usage.{key} is {str(value)[:20]!r}, not a count")
+        counts[key] = value
+    return counts
+
+
 class _Collector:
     """Turns SSE payloads into timings as they arrive (called from the protocol)."""
 
@@ -113,7 +128,7 @@ class _Collector:
         self.last = result.start
         self.chunks = 0
         self.role_only = 0  # chat's role-only first event: a chunk, but no token
-        self.usage: dict | None = None
+        self.usage: dict[str, int] | None = None
         self.done = False
 
     def __call__(self, data: bytes, now: float) -> None:
@@ -124,18 +139,23 @@ class _Collector:
             event = json.loads(data)
         except ValueError:
             raise HttpError("bad_response", "a stream chunk is not JSON") from None
+        if not isinstance(event, dict):
+            raise HttpError("bad_response", "a stream chunk is not a JSON object")
         if event.get("error"):
             raise HttpError("server_error_in_stream", str(event["error"])[:200])
         choices = event.get("choices")
         if not choices:  # vLLM: `if choices := data.get("choices")` ... `elif usage := ...`
             if event.get("usage"):
-                self.usage = event["usage"]
+                self.usage = _usage(event["usage"])
             return
+        choice = choices[0] if isinstance(choices, list) else None
+        if not isinstance(choice, dict):
+            raise HttpError("bad_response", "a stream chunk's choices is not a list of objects")
         # Every event with choices is a chunk, whatever its text (empty for special tokens).
         result = self.result
         if result.ttft is None:
             result.ttft = now - result.start
-            delta = choices[0].get("delta") if self.chat else None
+            delta = choice.get("delta") if self.chat else None
             if isinstance(delta, dict) and delta.get("role") and not delta.get("content"):
                 self.role_only = 1
         else:
@@ -157,8 +177,8 @@ async def _stream(conn: StreamingConnection, target: Target, body: bytes,
     result.latency = collect.last - result.start
     tokens = collect.chunks - collect.role_only
     if collect.usage:
-        result.output_tokens = int(collect.usage.get("completion_tokens") or tokens)
-        result.prompt_tokens = int(collect.usage.get("prompt_tokens") or 0)
+        result.output_tokens = collect.usage.get("completion_tokens") or tokens
+        result.prompt_tokens = collect.usage.get("prompt_tokens") or 0
     else:
         result.output_tokens = tokens  # server ignored include_usage: a token per chunk
     result.ok = True
