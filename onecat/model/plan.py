@@ -213,6 +213,20 @@ def round_down(value: int, step: int = 256) -> int:
     return value // step * step
 
 
+def _dimension(value: Any) -> int | None:
+    """A config dimension when it is a sane positive integer, else None (then: estimated)."""
+    return value if type(value) is int and 0 < value <= 2**31 - 1 else None
+
+
+def _vocab_rows(tensors: dict[str, Tensor]) -> int | None:
+    """The vocabulary size as the embedding/lm_head tensors have it (when config.json lies)."""
+    for name, tensor in tensors.items():
+        leaf = name.rpartition(".")[0].rpartition(".")[2]
+        if leaf in VOCAB_PARALLEL and len(tensor.shape) == 2:
+            return _dimension(tensor.shape[0])
+    return None
+
+
 def activation_peak(dims: dict[str, Any], tp: int, batched_tokens: int,
                     max_num_seqs: int) -> dict[str, int]:
     """Torch's allocated peak during vLLM's profile run, per GPU: {forward, sampler, peak}.
@@ -223,12 +237,11 @@ def activation_peak(dims: dict[str, Any], tp: int, batched_tokens: int,
     freed before the sampler runs).
     """
     hidden = int(dims["hidden_size"])
-    inter = dims.get("intermediate_size")
-    inter = int(inter) if isinstance(inter, int) and inter > 0 else 4 * hidden
+    inter = _dimension(dims.get("intermediate_size")) or 4 * hidden
     qkv = (dims["num_attention_heads"] + 2 * dims["num_key_value_heads"]) * dims["head_dim"]
     widest = max(ACTIVATION_INTERMEDIATE_COPIES * -(-inter // tp), 3 * -(-qkv // tp))
     forward = batched_tokens * 2 * (ACTIVATION_HIDDEN_COPIES * hidden + widest)
-    vocab = int(dims.get("vocab_size") or 0)
+    vocab = _dimension(dims.get("vocab_size")) or 0
     rows = min(max_num_seqs, batched_tokens)
     sampler = rows * vocab * SAMPLER_BYTES_PER_LOGIT
     return {"forward": forward, "sampler": sampler, "peak": max(forward, sampler),
@@ -424,6 +437,8 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
             "per-request state outside vLLM's paged KV cache, which this planner does not "
             "model; it refuses rather than give a wrong number. Start the server with a small "
             "--max-model-len and read 'Available KV cache memory' in its log")
+    if not _dimension(dims.get("vocab_size")):
+        dims["vocab_size"] = _vocab_rows(info["tensors"])
     tp = int(opts["tensor_parallel_size"])
     length = int(opts["max_model_len"])
     util = float(opts["gpu_memory_utilization"])

@@ -392,7 +392,7 @@ def test_tp_that_does_not_divide_heads_is_a_problem(models):
         ({"engine_version": "latest"}, "engine version 'latest' is not a version like 1.5.0"),
         ({"compute_capability": "volta"}, "compute capability 'volta' is not like 7.0"),
         ({"cuda_graph_gib": -1}, "--cuda-graph-gib -1: must not be negative"),
-        ({"max_num_batched_tokens": 0}, "--max-num-batched-tokens 0: must be positive"),
+        ({"max_num_batched_tokens": 0}, "--max-num-batched-tokens 0: must be between 1 and"),
         ({"overhead_gib": 1.5}, "unknown planner option(s): overhead_gib"),
     ],
 )
