@@ -38,6 +38,7 @@ its URL (``HF_ENDPOINT``) on the first line of stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -65,7 +66,7 @@ def _hashes(path: Path) -> tuple[str, str]:
         if key in _HASH_CACHE:
             return _HASH_CACHE[key]
     sha256 = hashlib.sha256()
-    sha1 = hashlib.sha1(f"blob {st.st_size}\0".encode())  # noqa: S324 - git's object id
+    sha1 = hashlib.sha1(f"blob {st.st_size}\0".encode())
     with open(path, "rb") as handle:
         while block := handle.read(CHUNK):
             sha256.update(block)
@@ -87,7 +88,7 @@ class RepoFileEntry:
             pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\n"
                        f"size {self.size}\n").encode()
             self.pointer_size = len(pointer)
-            self.oid = hashlib.sha1(  # noqa: S324 - git's object id of the pointer file
+            self.oid = hashlib.sha1(
                 f"blob {len(pointer)}\0".encode() + pointer).hexdigest()
         else:
             self.pointer_size = 0
@@ -110,7 +111,7 @@ class Snapshot:
         rels = sorted(str(p.relative_to(directory)).replace(os.sep, "/")
                       for p in directory.rglob("*") if p.is_file())
         self.files = {rel: RepoFileEntry(directory, rel) for rel in rels}
-        digest = hashlib.sha1(repo_id.encode())  # noqa: S324 - a commit id, not security
+        digest = hashlib.sha1(repo_id.encode())
         for rel, entry in self.files.items():
             digest.update(f"{rel}\0{entry.oid}\0".encode())
         self.commit = digest.hexdigest()
@@ -224,13 +225,13 @@ class _Handler(BaseHTTPRequestHandler):
     server: HubStandin
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_HEAD(self) -> None:  # noqa: N802 - stdlib name
+    def do_HEAD(self) -> None:
         self._dispatch(head=True)
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         self._dispatch(head=False)
 
     # --- plumbing -------------------------------------------------------------------------
@@ -328,7 +329,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not tail or tail[0] == "revision":
             rev = unquote(tail[1]) if len(tail) > 1 else "main"
             snap = self._snapshot(repo, rev)
-            self._json({"_id": hashlib.md5(repo_id.encode()).hexdigest()[:24],  # noqa: S324
+            self._json({"_id": hashlib.md5(repo_id.encode()).hexdigest()[:24],
                         "id": repo_id, "author": repo_id.split("/")[0], "sha": snap.commit,
                         "private": repo.private, "gated": "auto" if repo.gated else False,
                         "disabled": False, "lastModified": "2026-11-30T12:00:00.000Z",
@@ -354,7 +355,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return False
             return recursive or "/" not in rel[len(prefix):]
 
-        entries = [{"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(),  # noqa: S324
+        entries = [{"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(),
                     "size": 0, "path": d} for d in snap.directories() if visible(d)]
         entries += [e.tree_entry() for rel, e in snap.files.items() if visible(rel)]
         entries.sort(key=lambda e: e["path"])
@@ -471,10 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     for repo in server.repos.values():
         for ref, commit in repo.refs.items():
             print(f"{repo.id}@{ref} {commit}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

@@ -96,7 +96,7 @@ def read_token(token_file: str | None = None) -> str | None:
 
 def _hub():
     try:
-        import huggingface_hub  # noqa: PLC0415 - controller-only dependency
+        import huggingface_hub
     except ImportError as error:  # pragma: no cover - a broken install
         raise FetchError("the Python package huggingface_hub is missing: "
                          "pip install -c constraints.txt -e .") from error
@@ -404,7 +404,7 @@ def fetch(source_text: str, dest: str, *, token_file: str | None = None,
 
 def _write_header_file(path: str, tensors: dict[str, Any], metadata: dict[str, Any]) -> None:
     """A safetensors file with the real header and a sparse data region of the real size."""
-    import json  # noqa: PLC0415
+    import json
 
     header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
     end = 0

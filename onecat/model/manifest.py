@@ -20,6 +20,7 @@ artifact in the lock file. Checking a directory comes in two depths:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -159,13 +160,12 @@ def verify_dir(model_dir: str, manifest: dict[str, Any] | None = None, mode: str
             continue
         new_stamp[rel] = seen
     if write_stamp and not problems and (hashed or not stamp):
-        try:
+        # A read-only copy is still verified; its next check hashes again.
+        with contextlib.suppress(OSError):
             write_json_atomic(os.path.join(model_dir, STAMP_NAME),
                               {"digest": digest, "files": new_stamp,
                                "verified_at": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                             time.gmtime())})
-        except OSError:
-            pass  # a read-only copy is still verified; the next check hashes again
     return {"ok": not problems, "problems": problems, "bad_files": bad, "hashed": hashed,
             "hashed_bytes": hashed_bytes, "trusted": trusted, "digest": digest,
             "commit": manifest.get("commit"), "source": manifest.get("source"),
