@@ -54,24 +54,26 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx")
 LFS_MIN_SIZE = 10 * 1024 * 1024  # the Hub stores files above 10 MB in LFS
 CHUNK = 1024 * 1024
-_HASH_CACHE: dict[tuple[str, int, int], tuple[str, str]] = {}
+_HASH_CACHE: dict[tuple[int, int, int, int], tuple[str, str]] = {}
 _HASH_LOCK = threading.Lock()
 
 
-def _hashes(path: Path) -> tuple[str, str]:
-    """(sha256, git blob sha1) of a file, cached by (path, size, mtime)."""
+def _hashes(path: Path, lfs: bool) -> tuple[str, str]:
+    """(sha256, git blob sha1 or "" for LFS files), cached per inode, size and mtime (hard
+    links of one checkpoint in several revisions are hashed once)."""
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     with _HASH_LOCK:
         if key in _HASH_CACHE:
             return _HASH_CACHE[key]
     sha256 = hashlib.sha256()
-    sha1 = hashlib.sha1(f"blob {st.st_size}\0".encode())
+    sha1 = None if lfs else hashlib.sha1(f"blob {st.st_size}\0".encode())
     with open(path, "rb") as handle:
         while block := handle.read(CHUNK):
             sha256.update(block)
-            sha1.update(block)
-    value = (sha256.hexdigest(), sha1.hexdigest())
+            if sha1 is not None:
+                sha1.update(block)
+    value = (sha256.hexdigest(), sha1.hexdigest() if sha1 is not None else "")
     with _HASH_LOCK:
         _HASH_CACHE[key] = value
     return value
@@ -83,7 +85,7 @@ class RepoFileEntry:
         self.rel = rel
         self.size = self.path.stat().st_size
         self.lfs = rel.endswith(LFS_SUFFIXES) or self.size >= LFS_MIN_SIZE
-        self.sha256, blob_sha1 = _hashes(self.path)
+        self.sha256, blob_sha1 = _hashes(self.path, self.lfs)
         if self.lfs:
             pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\n"
                        f"size {self.size}\n").encode()
@@ -464,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--log", help="append one JSON line per request to this file")
+    parser.add_argument("--url-file", help="write the URL here once serving (after hashing)")
+    parser.add_argument("--idle-exit", type=float, default=0,
+                        help="exit after this many seconds without a request (0: never)")
     args = parser.parse_args(argv)
     spec = json.loads(Path(args.spec).read_text())
     server = HubStandin(spec["repos"], host=args.host, port=args.port,
@@ -472,8 +477,20 @@ def main(argv: list[str] | None = None) -> int:
     for repo in server.repos.values():
         for ref, commit in repo.refs.items():
             print(f"{repo.id}@{ref} {commit}", flush=True)
+    if args.url_file:
+        Path(args.url_file).write_text(server.url)
+    if args.idle_exit:
+        server.timeout = args.idle_exit
+        server.last_request = time.time()
     with contextlib.suppress(KeyboardInterrupt):
-        server.serve_forever()
+        if not args.idle_exit:
+            server.serve_forever()
+        while args.idle_exit:
+            server.handle_request()
+            idle = time.time() - max([r["time"] for r in server.requests[-1:]] or
+                                     [server.last_request])
+            if idle >= args.idle_exit:
+                break
     return 0
 
 

@@ -244,6 +244,7 @@ def fetch_hf(source: Source, dest: str, *, token: str | None,
     partial = dest.rstrip("/") + PARTIAL_SUFFIX
     check_free_space(dest, max(snap.total_size - _partial_bytes(partial), 0))
     os.makedirs(partial, exist_ok=True)
+    _seed_from_siblings(partial, dest, snap.files)
     hub = _hub()
     names = [f.path for f in snap.files]
     old_bars = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
@@ -285,6 +286,30 @@ def fetch_hf(source: Source, dest: str, *, token: str | None,
     write_json_atomic(os.path.join(partial, MANIFEST_NAME), manifest)
     _replace_dest(partial, dest)
     return FetchResult(dest, manifest, downloaded=True)
+
+
+def _seed_from_siblings(partial: str, dest: str, files: list[RemoteFile]) -> None:
+    """Hard-link LFS files other revisions in DEST's folder already hold (same sha256).
+
+    A revision that changes only a config file then costs no weight download: the client
+    finds the file in place, hashes it against the Hub's sha256 and keeps it.
+    """
+    wanted = {f.sha256: f.path for f in files if f.sha256}
+    parent = os.path.dirname(os.path.abspath(dest))
+    for sibling in sorted(os.listdir(parent)) if os.path.isdir(parent) else []:
+        folder = os.path.join(parent, sibling)
+        if folder in (os.path.abspath(dest), os.path.abspath(partial)):
+            continue
+        try:
+            manifest = load_manifest(folder)
+        except ManifestError:
+            continue
+        for row in manifest["files"]:
+            rel = wanted.get(row["sha256"])
+            target = os.path.join(partial, rel) if rel else None
+            if target and not os.path.exists(target):
+                with contextlib.suppress(OSError):
+                    os.link(os.path.join(folder, row["path"]), target)
 
 
 def _forget_download(partial: str, rel: str) -> None:
