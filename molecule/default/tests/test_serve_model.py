@@ -33,10 +33,11 @@ def hub_requests() -> list[dict]:
 
 
 def weight_downloads() -> dict[str, int]:
-    """Body GETs of LFS blobs (the CDN) per sha256."""
+    """Whole-file GETs of LFS blobs (the CDN) per sha256 (range reads are the planner's)."""
     counts: dict[str, int] = {}
     for r in hub_requests():
-        if r["method"] == "GET" and r["path"].startswith("/cdn/") and r["sent"]:
+        if (r["method"] == "GET" and r["path"].startswith("/cdn/") and r["sent"]
+                and not r["range"]):
             counts[r["path"]] = counts.get(r["path"], 0) + 1
     return counts
 
