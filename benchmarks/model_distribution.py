@@ -36,7 +36,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 import model_fixtures as mf  # noqa: E402
 
-MODELS = {"7b": mf.QWEN25_7B, "14b": mf.QWEN25_14B}
+MODELS = {"7b": mf.QWEN25_7B, "14b": mf.QWEN25_14B,
+          # A few MB: checks the script itself in seconds.
+          "tiny": {**mf.QWEN25_7B, "hidden_size": 512, "intermediate_size": 1024,
+                   "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4,
+                   "vocab_size": 4096}}
 PREFIX = "onecat-modelbench-"
 
 
