@@ -12,12 +12,27 @@ from pathlib import Path
 
 from onecat import __version__
 from onecat.bench import output, prompts
-from onecat.bench.httpclient import Connection, Endpoint, HttpError
+from onecat.bench.httpclient import Connection, Endpoint, HttpError, public_url
 from onecat.bench.metrics import level_metrics
-from onecat.bench.observe import MemoryReader, MemorySampler, MetricsScraper
+from onecat.bench.observe import (
+    MemoryReader,
+    MemorySampler,
+    MetricsScraper,
+    http_metrics_fetch,
+)
 from onecat.bench.runner import LiveCounters, Target, run_level, send
 
 PROBE_TIMEOUT_S = 30.0
+# Upper bounds of the load options. Every prompt of a run is built (and counted through
+# /tokenize) before timing starts, so their product is bounded too (MAX_PROMPT_TOKENS).
+LIMITS: dict[str, float] = {
+    "concurrency": 4096,
+    "requests_per_level": 1_000_000,
+    "warmup": 10_000,
+    "tokens": 1 << 20,  # --input-len, --output-len
+    "timeout_s": 86_400.0,
+}
+MAX_PROMPT_TOKENS = 50_000_000  # ~300 MB of prompt text in memory
 TOKENIZE_CONNECTIONS = 16
 WARMUP_MAX_TOKENS = 16
 
@@ -43,11 +58,25 @@ class BenchOptions:
     quiet: bool = False
     detailed: bool = False  # per-request records in bench-c<N>.json ("requests")
     progress_interval: float = 2.0
+    temperature: float | None = None  # None: the server's default, as vllm bench serve
+    goodput: dict[str, float] | None = None  # SLOs in ms: {"ttft": 500, "tpot": 50, ...}
+    scrape_metrics: bool = True  # poll /metrics (in a thread) for KV-cache and queue peaks
 
 
 def requests_for(level: int, fixed: int | None) -> int:
     """Default: 4 requests per client, at least 16, so each client closes the loop a few times."""
     return fixed if fixed else max(4 * level, 16)
+
+
+def load_problem(concurrency: list[int], requests_per_level: int | None, warmup: int,
+                 input_len: int) -> str | None:
+    """Why this load cannot run (the prompts would not fit in memory), or None."""
+    prompts = warmup + sum(requests_for(c, requests_per_level) for c in concurrency)
+    if prompts * input_len > MAX_PROMPT_TOKENS:
+        return (f"{prompts:,} prompts of {input_len:,} tokens ({prompts * input_len:,} tokens) "
+                f"would be built before the first request; the limit is {MAX_PROMPT_TOKENS:,}: "
+                "lower --requests-per-level, --concurrency or --input-len")
+    return None
 
 
 def _say(opts: BenchOptions, message: str) -> None:
@@ -57,25 +86,31 @@ def _say(opts: BenchOptions, message: str) -> None:
 
 async def _probe(conn: Connection, opts: BenchOptions) -> str:
     """Reachability, API key and model name, from GET /v1/models."""
+    url = public_url(opts.url)
     try:
         status, body = await asyncio.wait_for(conn.get_json("/v1/models"),
                                               min(opts.timeout, PROBE_TIMEOUT_S))
     except (TimeoutError, HttpError, OSError) as exc:
         reason = exc.reason if isinstance(exc, HttpError) else "timeout"
-        raise BenchError(f"cannot reach {opts.url} ({reason}); check the URL and that the "
+        raise BenchError(f"cannot reach {url} ({reason}); check the URL and that the "
                          "server is running (systemctl status vllm on the node)") from None
     if status == 401:
-        raise BenchError(f"{opts.url} wants an API key: pass --api-key-file with the key")
+        raise BenchError(f"{url} wants an API key: pass --api-key-file with the key")
     if status != 200 or not isinstance(body, dict):
-        raise BenchError(f"{opts.url}/v1/models answered HTTP {status}; is this a vLLM server?")
-    served = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+        raise BenchError(f"{url}/v1/models answered HTTP {status}; is this a vLLM server?")
+    data = body.get("data")
+    if not isinstance(data, list):
+        raise BenchError(f"{url}/v1/models answered without a list of models (data: "
+                         f"{str(data)[:40]!r}); is this an OpenAI-compatible server?")
+    served = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)
+              and m["id"]]
     if opts.model:
         if opts.model not in served:
-            raise BenchError(f"model {opts.model!r} is not served by {opts.url}; it serves "
+            raise BenchError(f"model {opts.model!r} is not served by {url}; it serves "
                              f"{served}: fix --model")
         return opts.model
     if not served:
-        raise BenchError(f"{opts.url}/v1/models lists no model")
+        raise BenchError(f"{url}/v1/models lists no model")
     return served[0]
 
 
@@ -156,6 +191,10 @@ async def _progress(opts: BenchOptions, level: int, total: int, live: LiveCounte
 async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = None,
                     clock: Callable[[], float] = time.process_time) -> list[dict]:
     """Run every level, write DIR/bench-c<N>.json as each ends and the summaries at the end."""
+    problem = load_problem(opts.concurrency, opts.requests_per_level, opts.warmup,
+                           opts.input_len)
+    if problem:
+        raise BenchError(problem)
     endpoint = Endpoint.parse(opts.url)
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     probe = Connection(endpoint, headers)
@@ -163,7 +202,7 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         model = await _probe(probe, opts)
     finally:
         probe.close()
-    target = Target(endpoint, model, opts.chat, headers, opts.timeout)
+    target = Target(endpoint, model, opts.chat, headers, opts.timeout, opts.temperature)
     sizes = [requests_for(c, opts.requests_per_level) for c in opts.concurrency]
     all_prompts, source = await _build_prompts(target, opts, opts.warmup + sum(sizes))
 
@@ -178,10 +217,18 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
 
     opts.out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    run_info = {"url": opts.url, "model": model, "endpoint": target.path,
+    run_info = {"url": public_url(opts.url), "model": model, "endpoint": target.path,
                 "input_len": opts.input_len, "output_len": opts.output_len,
                 "input_len_source": source, "seed": opts.seed, "warmup": opts.warmup,
-                "timeout_s": opts.timeout, "started_at": started, "onecat_version": __version__}
+                "timeout_s": opts.timeout, "started_at": started, "onecat_version": __version__,
+                "temperature": opts.temperature,
+                "sampling": ("server default (no temperature sent, as vllm bench serve)"
+                             if opts.temperature is None else
+                             f"temperature {opts.temperature:g}" + (
+                                 " (greedy: 1Cat serves it through a top-1 lm_head shortcut, "
+                                 "so TPOT is not comparable with sampled runs)"
+                                 if opts.temperature == 0 else "")),
+                "goodput_slos_ms": opts.goodput}
     levels: list[dict] = []
     offset = opts.warmup
     sampler = MemorySampler(memory_reader)
@@ -191,28 +238,29 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         _say(opts, f"level c={level}: {size} requests, {opts.input_len} in / "
                    f"{opts.output_len} out")
         live = LiveCounters()
-        scrape_conn = target.connection()
-
-        async def fetch_metrics(conn: Connection = scrape_conn) -> str | None:
-            status, text = await asyncio.wait_for(conn.get_text("/metrics"), 10)
-            return text if status == 200 else None
-
-        scraper = MetricsScraper(fetch_metrics)
+        # /metrics is read in a thread with blocking I/O: off the loop that stamps chunks.
+        fetch = http_metrics_fetch(endpoint.host, endpoint.port, endpoint.tls,
+                                   endpoint.base_path, headers)
+        scraper = MetricsScraper(fetch)
         stop = asyncio.Event()
-        side_tasks = [asyncio.ensure_future(scraper.run(stop))]
+        side_tasks = []
         if not opts.quiet:
             side_tasks.append(asyncio.ensure_future(_progress(opts, level, size, live, stop)))
         cpu_before = clock()
         sampler.start()
+        if opts.scrape_metrics:
+            scraper.start()
         ids = [f"onecat-bench-{opts.seed}-{i}" for i in range(offset - size, offset)]
         run = await run_level(target, level_prompts, level, opts.output_len, live, ids)
         memory = sampler.stop()
+        scraper.stop()
         cpu = clock() - cpu_before
         stop.set()
         await asyncio.gather(*side_tasks)
-        scrape_conn.close()
-        result = level_metrics(run.results, level, run.duration)
+        fetch.close()  # type: ignore[attr-defined]
+        result = level_metrics(run.results, level, run.duration, opts.goodput)
         result.update(scraper.peaks)
+        result["metrics_scrapes"] = scraper.scrapes
         result["gpu_memory_used_mib"] = memory
         result["client_cpu_s"] = cpu
         result.update(run_info)
@@ -222,5 +270,7 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         levels.append(result)
         output.write_level(opts.out, result)
         _say(opts, output.level_line(result))
+        for warning in result["warnings"]:
+            _say(opts, f"c={level}: warning: {warning}")
     output.write_summary(opts.out, run_info, levels)
     return levels
