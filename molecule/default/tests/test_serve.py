@@ -50,6 +50,7 @@ def test_unit_runs_the_locked_image_with_the_v100_flags(host):
     assert unit.mode == 0o644
     content = unit.content_string
     lock = read_lock()["engine_image"]
+    revision = f"{MODEL}@{read_lock()['model']['commit'][:12]}"
     assert unit_image(host) == lock["image_id"]
     assert f"    {lock['image_id']} \\\n    serve /models/{MODEL} \\\n" in content
     for line in (
@@ -61,7 +62,8 @@ def test_unit_runs_the_locked_image_with_the_v100_flags(host):
         "TimeoutStartSec=900",
         "    --ipc=host \\",
         "    --publish 0.0.0.0:8000:8000 \\",
-        f"    --volume /srv/models/{MODEL}:/models/{MODEL}:ro \\",
+        # The model stage's verified revision, mounted at a path that does not change.
+        f"    --volume /srv/models/{revision}:/models/{MODEL}:ro \\",
         "    --env-file /etc/onecat/vllm.env \\",
         "    --env CUDA_DEVICE_ORDER=PCI_BUS_ID \\",
         "    --env HF_HUB_OFFLINE=1 \\",
