@@ -317,3 +317,13 @@ def test_locked_driver_version_holds_when_the_source_has_another(tmp_path):
     assert _task_result(data, "h", newest).get("skipped")
     assert "Pin: version 1.0.0-locked" in (tmp_path / "onecat-nvidia-driver.pref").read_text()
     assert json.loads(lock.read_text()) == before
+
+
+def test_initramfs_handler_runs_the_command(tmp_path):
+    # The handler passed the command list to `cmd` as one string ("[update-initramfs, -u]").
+    calls = tmp_path / "calls"
+    doubles = _doubles(tmp_path / "bin", **{"update-initramfs": f'echo "$@" >> {calls}'})
+    data = run_playbook("initramfs.yml", {"h": {"fake_facts": OS["debian12"]}}, tmp_path,
+                        check=False, path_first=doubles)
+    assert host_outcome(data, "h")["failed_task"] is None, host_outcome(data, "h")
+    assert calls.read_text() == "-u\n"
