@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from standin_harness import standin  # noqa: E402
 
 from onecat.bench.session import BenchOptions, run_bench  # noqa: E402
-from onecat.report.command import make_report  # noqa: E402
+from onecat.report.cli import make_report  # noqa: E402
 
 LEVELS = [1, 8, 16, 32]
 DEFAULT_TIMING = {"STANDIN_PREFILL_MS": "10", "STANDIN_PREFILL_MS_PER_TOKEN": "0.5",

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import model_fixtures as mf
 
-from onecat.memory_plan import GIB, plan_model
+from onecat.model.plan import GIB, plan_model
 
 
 def main() -> int:

@@ -191,8 +191,8 @@ import platform
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.onecat_health_judge import Thresholds, fails, judge, summary
-from ansible.module_utils.onecat_health_nvml import NvmlUnavailable, gather
+from ansible.module_utils.onecat.health.judge import Thresholds, fails, judge, summary
+from ansible.module_utils.onecat.health.nvml import NvmlUnavailable, gather
 
 try:
     import pynvml

@@ -133,7 +133,7 @@ msg:
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.onecat_memory_plan import INVALID_INPUT, misfit_message, plan_model
+from ansible.module_utils.onecat.model.plan import INVALID_INPUT, misfit_message, plan_model
 
 PLANNER_OPTIONS = ("gpus", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len",
                    "tensor_parallel_size", "kv_cache_dtype", "engine", "engine_version",

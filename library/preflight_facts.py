@@ -102,7 +102,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.onecat_preflight import gather, judge
+from ansible.module_utils.onecat.preflight.checks import gather, judge
 
 
 def main() -> None:

@@ -58,7 +58,7 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.onecat_rollout import render_table, summarize
+from ansible.module_utils.onecat.fleet.rollout import render_table, summarize
 
 FACT_KEYS = ("onecat_stage", "onecat_stages_passed", "onecat_skip_reason", "onecat_hold_reason",
              "onecat_preflight", "gpu_health", "vllm_serve_result")

@@ -94,7 +94,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.onecat_serve_gate import smoke, wait_ready
+from ansible.module_utils.onecat.serve.gate import smoke, wait_ready
 
 
 def unit_state(unit: str) -> tuple[str, int]:

@@ -112,8 +112,7 @@ args:
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.onecat_engine_ref import check_image_env, check_image_ref
-from ansible.module_utils.onecat_serve_flags import (
+from ansible.module_utils.onecat.serve.flags import (
     accepted_flags,
     args_to_argv,
     check_argv,
@@ -121,6 +120,7 @@ from ansible.module_utils.onecat_serve_flags import (
     merge_args,
     serve_argv,
 )
+from ansible.module_utils.onecat.serve.image_ref import check_image_env, check_image_ref
 
 
 def capability_of(text: str) -> int:

@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 
 SUBCOMMANDS: tuple[str, ...] = (
-    "onecat.fleet",
-    "onecat.deploy_cli",
-    "onecat.plan_cli",
-    "onecat.bench",
-    "onecat.report",
-    "onecat.health_cli",
+    "onecat.fleet.simulated",
+    "onecat.fleet.deploy",
+    "onecat.model.cli",
+    "onecat.bench.cli",
+    "onecat.report.cli",
+    "onecat.health.cli",
 )
 
 

@@ -1,5 +1,10 @@
-"""Benchmarking one vLLM server the way `vllm bench serve` does (see command.py for the CLI)."""
+"""Benchmarking one vLLM server the way `vllm bench serve` does.
 
-from onecat.bench.command import register
+cli.py is the `onecat bench` command (and `python -m onecat.bench`, which the
+benchmark role runs on a node from a copy of this package); session.py runs the
+concurrency sweep; runner.py/sse.py/httpclient.py stream requests; stats.py and
+metrics.py compute the figures; prompts.py, observe.py and output.py feed them.
 
-__all__ = ["register"]
+Ships to nodes through Ansible modules: nothing (the benchmark role copies the
+whole onecat package to a venv on the node instead).
+"""

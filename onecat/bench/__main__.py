@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from onecat.bench.command import DESCRIPTION, add_arguments
+from onecat.bench.cli import DESCRIPTION, add_arguments
 
 
 def main(argv: Sequence[str] | None = None) -> int:

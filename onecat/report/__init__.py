@@ -1,5 +1,8 @@
-"""Fleet benchmark report (see command.py for the CLI)."""
+"""The fleet benchmark report: `onecat report results/<run-id>`.
 
-from onecat.report.command import register
+cli.py is the command; load.py reads a run's results, analysis.py finds outliers,
+render.py writes markdown/JSON, plots.py the PNG plots, reference.py holds the
+seed article's reference table.
 
-__all__ = ["register"]
+Ships to nodes: nothing (controller only).
+"""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from onecat.bench.stats import median
-from onecat.health_judge import SLOWDOWN_REASONS
+from onecat.health.judge import SLOWDOWN_REASONS
 from onecat.report.load import NodeResult
 
 DEFAULT_THRESHOLD = 0.15  # flag a node more than 15 % below the fleet median output tok/s

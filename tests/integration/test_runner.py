@@ -6,7 +6,7 @@ import io
 import re
 from pathlib import Path
 
-from onecat.runner import (
+from onecat.fleet.runner import (
     ProgressPrinter,
     absolute_file_arg,
     error_line,

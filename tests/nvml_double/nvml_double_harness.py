@@ -69,8 +69,8 @@ def run_facts(libdir: Path, scenario: str | Path, prelude: str = "") -> dict[str
     code = (
         "import json, sys, pynvml\n"
         f"{prelude}\n"
-        "from onecat.health import check_local\n"
-        "from onecat.health_judge import Thresholds\n"
+        "from onecat.health.local import check_local\n"
+        "from onecat.health.judge import Thresholds\n"
         "facts = check_local(pynvml, Thresholds(), sys.argv[1])\n"
         "print(json.dumps(facts))\n"
     )

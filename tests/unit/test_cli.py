@@ -35,7 +35,7 @@ def test_module_entry_point_runs():
 
 
 def test_health_fleet_mode_passes_only_the_given_thresholds():
-    from onecat.health_cli import _fleet_vars
+    from onecat.health.cli import _fleet_vars
 
     args = build_parser().parse_args(
         ["health", "-i", "inv.yml", "--fail-on", "warning", "--no-xid", "--allowed-process", "vllm"]

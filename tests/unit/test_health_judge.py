@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from onecat.health import format_report, with_judgement
-from onecat.health_judge import Thresholds, fails, judge, label, recommend, summary
+from onecat.health.judge import Thresholds, fails, judge, label, recommend, summary
+from onecat.health.local import format_report, with_judgement
 
 E, W = "error", "warning"
 
@@ -334,7 +334,7 @@ def test_summary_and_report_lines() -> None:
 def test_a_mistyped_compute_capability_is_refused_not_ignored():
     import pytest
 
-    from onecat.health_judge import Thresholds
+    from onecat.health.judge import Thresholds
 
     with pytest.raises(ValueError, match=r"'abc' is not a compute capability such as 7\.0"):
         Thresholds.from_mapping({"min_compute_capability": "abc"})

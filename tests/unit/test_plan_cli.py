@@ -16,8 +16,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import model_fixtures as mf
 
-from onecat import plan_cli
-from onecat.memory_plan import DEFAULTS
+from onecat.model import cli as plan_cli
+from onecat.model.plan import DEFAULTS
 
 REPO = Path(__file__).resolve().parents[2]
 STABLE_KEYS = {

@@ -10,8 +10,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import model_fixtures as mf
 
-from onecat.model_inspect import SEED_NVFP4_PROBLEM, inspect_model, model_dims
-from onecat.safetensors_header import CheckpointError, read_checkpoint
+from onecat.model.checkpoint import SEED_NVFP4_PROBLEM, inspect_model, model_dims
+from onecat.model.safetensors import CheckpointError, read_checkpoint
 
 
 @pytest.mark.parametrize(

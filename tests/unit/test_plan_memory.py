@@ -10,15 +10,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import model_fixtures as mf
 
-from onecat.engine_compat import check_engine
-from onecat.memory_plan import (
+from onecat.model.engines import check_engine
+from onecat.model.plan import (
     GIB,
     PlanInputError,
     health_topology,
     plan_model,
     tensor_bytes_per_gpu,
 )
-from onecat.safetensors_header import Tensor
+from onecat.model.safetensors import Tensor
 
 PCIE_HEALTH = {"gpu_health": {"pairs": [{"gpus": [0, 1], "topology": "PHB",
                                           "p2p_read": "CHIPSET_NOT_SUPPORTED",

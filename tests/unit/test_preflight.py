@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from onecat.pci import gpu_architecture, scan_nvidia_gpus
-from onecat.preflight import gather, judge, secure_boot_state
+from onecat.preflight.checks import gather, judge, secure_boot_state
+from onecat.preflight.pci import gpu_architecture, scan_nvidia_gpus
 
 SYSFS = Path(__file__).parents[1] / "fixtures" / "sysfs"
 

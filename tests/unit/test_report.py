@@ -10,7 +10,7 @@ import pytest
 from onecat.cli import main as onecat_main
 from onecat.report import reference
 from onecat.report.analysis import health_explanations
-from onecat.report.command import make_report
+from onecat.report.cli import make_report
 from onecat.report.load import ReportError, load_run
 
 # Output tok/s per level for each node; node3 is 30 % slow at c=8 only.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from onecat.rollout import render_table, summarize
+from onecat.fleet.rollout import render_table, summarize
 
 ECC = "GPU 1 (0000:d8:00.0, serial 0321) has 2 aggregate uncorrectable ECC errors: replace it"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from onecat.engine_ref import check_image_env, check_image_ref, cuda_major_of_tag, split_ref
+from onecat.serve.image_ref import check_image_env, check_image_ref, cuda_major_of_tag, split_ref
 
 
 def test_split_ref():

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from onecat.serve_flags import (
+from onecat.serve.flags import (
     accepted_flags,
     check_argv,
     group_lines,

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import pytest
 
-from onecat.serve_gate import judge_smoke, repeated_token, smallest_period, smoke, wait_ready
+from onecat.serve.gate import judge_smoke, repeated_token, smallest_period, smoke, wait_ready
 
 
 @pytest.mark.parametrize(("text", "piece"), [

@@ -1,6 +1,6 @@
 """Find NVIDIA GPUs on the PCI bus through sysfs, before any driver is installed.
 
-Stdlib only: this file also ships to nodes as ``module_utils/onecat_pci.py``.
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.preflight.pci``.
 The sysfs root is a parameter so a node can be pointed at another tree.
 """
 

@@ -1,6 +1,6 @@
 """Read safetensors headers (never tensor data) for a whole checkpoint directory.
 
-Stdlib only: this file also ships to nodes as ``module_utils/onecat_safetensors_header.py``.
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.model.safetensors``.
 
 A safetensors file is an 8-byte little-endian header length N, N bytes of JSON
 ({name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}), then the

@@ -1,6 +1,6 @@
 """The `vllm serve` command line of a node: planner flags + user overrides, checked.
 
-Stdlib only: this file also ships to nodes as ``module_utils/onecat_serve_flags.py``.
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.serve.flags``.
 Flags an engine no longer accepts are caught here, when the unit is templated, so a
 typo or a seed-article flag is one clear message instead of a crash loop.
 """

@@ -1,9 +1,9 @@
 """Gather GPU health readings from NVML and the kernel log (the edge of the health check).
 
 Stdlib only: this file also travels to nodes inside the `gpu_health` Ansible
-module (as module_utils/onecat_health_nvml.py). The pynvml module is passed in,
+module (as ansible.module_utils.onecat.health.nvml). The pynvml module is passed in,
 so this file imports without NVML and tests can hand it the real pynvml loaded
-against a test double. Readings are plain data; onecat.health_judge judges them.
+against a test double. Readings are plain data; onecat.health.judge judges them.
 
 A field NVML cannot give on this GPU or driver (NOT_SUPPORTED, FUNCTION_NOT_FOUND,
 or a wrapper this pynvml lacks) is None. Any other NVML error on a field is also

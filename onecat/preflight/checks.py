@@ -1,6 +1,6 @@
 """Read a host's readiness facts and judge whether it can become a onecat node.
 
-Stdlib only: this file also ships to nodes as ``module_utils/onecat_preflight.py``.
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.preflight.checks``.
 ``gather`` reads the host (sysfs, /lib/modules, filesystems); ``judge`` is pure.
 """
 
@@ -11,10 +11,7 @@ import platform
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-try:  # On a node this file is imported as ansible.module_utils.onecat_preflight.
-    from ansible.module_utils.onecat_pci import scan_nvidia_gpus
-except ImportError:
-    from onecat.pci import scan_nvidia_gpus
+from .pci import scan_nvidia_gpus
 
 # The EFI variable that holds the Secure Boot state (GUID of the EFI global variable namespace).
 SECURE_BOOT_VAR = "SecureBoot-8be4df61-93ca-11d2-aa0d-e0f86ef8e6ba"

@@ -11,10 +11,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from onecat.deploy_cli import add_run_options, run_fleet_command
-from onecat.health import check_local, format_report
-from onecat.health_judge import Thresholds, fails
-from onecat.health_nvml import NvmlUnavailable
+from onecat.fleet.deploy import add_run_options, run_fleet_command
+from onecat.health.judge import Thresholds, fails
+from onecat.health.local import check_local, format_report
+from onecat.health.nvml import NvmlUnavailable
 
 EXIT_OK, EXIT_FAILED, EXIT_CANNOT_CHECK = 0, 1, 2
 

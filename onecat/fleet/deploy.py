@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from onecat.runner import print_outcome, run_playbook
+from onecat.fleet.runner import print_outcome, run_playbook
 
 
 def add_run_options(parser: argparse.ArgumentParser, inventory: bool = True) -> None:

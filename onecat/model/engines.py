@@ -1,6 +1,6 @@
 """Can this engine load this checkpoint format on this GPU? Rules from the field notes.
 
-Stdlib only: this file also ships to nodes as ``module_utils/onecat_engine_compat.py``.
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.model.engines``.
 The rules are tables so a new engine release or a confirmed fact is a one-line change.
 """
 

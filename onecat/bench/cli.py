@@ -90,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     # Fleet mode (-i) also takes ansible-playbook's --limit/--check/-e/--tags. Imported here so
     # that `python -m onecat.bench` on a node needs nothing beyond this package.
-    from onecat.deploy_cli import add_run_options
+    from onecat.fleet.deploy import add_run_options
 
     add_run_options(parser, inventory=False)
     parser.set_defaults(func=main)
@@ -100,7 +100,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     """Fleet mode: the benchmark playbook runs this client on every node against its own server."""
     import json
 
-    from onecat.deploy_cli import run_fleet_command
+    from onecat.fleet.deploy import run_fleet_command
 
     given = {
         "benchmark_concurrency": args.concurrency,

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NODE_IMAGE_BUILDER = REPO / "tools" / "node-image" / "build.sh"
 
 

@@ -1,6 +1,6 @@
 """Summarise a rollout per host: the stage it reached, its verdict, serving or not, and why.
 
-Stdlib only: this file also ships as ``module_utils/onecat_rollout.py`` for the
+Stdlib only: this file also ships as ``ansible.module_utils.onecat.fleet.rollout`` for the
 ``rollout_summary`` module that the report stage runs on the controller.
 Input per host is the small subset of its hostvars that the stages set:
 ``onecat_stage`` (last stage entered), ``onecat_stages_passed``, ``onecat_skip_reason``

@@ -1,8 +1,8 @@
 """Judge GPU health readings: a verdict, a list of problems, and what serving should do.
 
-Pure function over plain data (the readings onecat.health_nvml gathers), stdlib
+Pure function over plain data (the readings onecat.health.nvml gathers), stdlib
 only: it also runs on nodes inside the `gpu_health` Ansible module (as
-module_utils/onecat_health_judge.py). Defaults follow DCGM and gcm policy and
+ansible.module_utils.onecat.health.judge). Defaults follow DCGM and gcm policy and
 the field notes: any pending page retirement fails, 63 retired pages fail, 15
 warn; any uncorrected ECC fails; 50,000,000 corrected volatile errors warn.
 """

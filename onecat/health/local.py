@@ -7,11 +7,10 @@ For triage on a node (3 a.m.): `python3 -m onecat.health` (or `onecat health
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from onecat.health_judge import Thresholds, judge, summary
-from onecat.health_nvml import gather
+from onecat.health.judge import Thresholds, judge, summary
+from onecat.health.nvml import gather
 
 
 def check_local(nvml: Any, thresholds: Thresholds, kernel_log_path: str | None = None
@@ -40,8 +39,3 @@ def format_report(facts: dict[str, Any]) -> str:
                  f"{'; ' + ', '.join(flags) if flags else ''}")
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    from onecat.health_cli import main_local
-
-    sys.exit(main_local())

@@ -1,6 +1,6 @@
 """Is a freshly started vLLM server really serving? Health, model list, then a smoke completion.
 
-Stdlib only: this file also ships to nodes as ``module_utils/onecat_serve_gate.py``.
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.serve.gate``.
 A server can answer /health and still produce garbage: NaNs in a broken kernel come out
 as one token repeated ("!!!!!!!!"), the symptom the smoke completion looks for.
 """

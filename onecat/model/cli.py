@@ -11,8 +11,8 @@ import json
 import sys
 from typing import Any
 
-from onecat.engine_compat import DEFAULT_ENGINE, DEFAULT_ENGINE_VERSION, ENGINES
-from onecat.memory_plan import (
+from onecat.model.engines import DEFAULT_ENGINE, DEFAULT_ENGINE_VERSION, ENGINES
+from onecat.model.plan import (
     DEFAULTS,
     GIB,
     INVALID_INPUT,

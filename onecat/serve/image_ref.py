@@ -1,6 +1,6 @@
 """Which engine images can run on a V100: CUDA 12.x only, and never a moving tag.
 
-Stdlib only: this file also ships to nodes as ``module_utils/onecat_engine_ref.py``.
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.serve.image_ref``.
 CUDA 13 dropped sm_70, and upstream `vllm/vllm-openai:latest` is built on it, so an
 upstream image must be a pinned tag; its CUDA version is read from the image itself
 (NVIDIA's CUDA bases set CUDA_VERSION) once it is on the node.

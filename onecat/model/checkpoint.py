@@ -1,6 +1,6 @@
 """Inspect a model directory: architecture, dimensions and the real quantization format.
 
-Stdlib only: this file also ships to nodes as ``module_utils/onecat_model_inspect.py``.
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.model.checkpoint``.
 
 The format is read twice, from the metadata (config.json ``quantization_config``,
 hf_quant_config.json, ``torch_dtype``) and from the tensors themselves (names and
@@ -16,14 +16,7 @@ import os
 from collections import Counter
 from typing import Any
 
-try:  # On a node this file is imported as ansible.module_utils.onecat_model_inspect.
-    from ansible.module_utils.onecat_safetensors_header import (
-        CheckpointError,
-        Tensor,
-        read_checkpoint,
-    )
-except ImportError:
-    from onecat.safetensors_header import CheckpointError, Tensor, read_checkpoint
+from .safetensors import CheckpointError, Tensor, read_checkpoint
 
 QUANT_FORMATS = (
     "nvfp4-compressed-tensors", "nvfp4-modelopt", "awq", "gptq", "fp8", "fp16", "bf16", "unknown",

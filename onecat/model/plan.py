@@ -1,6 +1,6 @@
 """Plan a model on N GPUs before starting a server: weights, KV cache, fit, advice, flags.
 
-Stdlib only: this file also ships to nodes as ``module_utils/onecat_memory_plan.py``
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.model.plan``
 (the serve role refuses to start a server that this plan says cannot fit).
 
 Memory model, per GPU (vLLM reserves ``gpu_memory_utilization`` of each card up front):
@@ -33,42 +33,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-try:  # On a node these are imported as ansible.module_utils.onecat_*.
-    from ansible.module_utils.onecat_engine_compat import (
-        DEFAULT_COMPUTE_CAPABILITY,
-        DEFAULT_ENGINE,
-        DEFAULT_ENGINE_VERSION,
-        ENGINES,
-        check_engine,
-        parse_capability,
-        parse_version,
-    )
-    from ansible.module_utils.onecat_model_inspect import (
-        COLUMN_PARALLEL,
-        LINEAR_LEAVES,
-        ROW_PARALLEL,
-        VOCAB_PARALLEL,
-        inspect_model,
-    )
-    from ansible.module_utils.onecat_safetensors_header import CheckpointError, Tensor, numel
-except ImportError:
-    from onecat.engine_compat import (
-        DEFAULT_COMPUTE_CAPABILITY,
-        DEFAULT_ENGINE,
-        DEFAULT_ENGINE_VERSION,
-        ENGINES,
-        check_engine,
-        parse_capability,
-        parse_version,
-    )
-    from onecat.model_inspect import (
-        COLUMN_PARALLEL,
-        LINEAR_LEAVES,
-        ROW_PARALLEL,
-        VOCAB_PARALLEL,
-        inspect_model,
-    )
-    from onecat.safetensors_header import CheckpointError, Tensor, numel
+from .checkpoint import (
+    COLUMN_PARALLEL,
+    LINEAR_LEAVES,
+    ROW_PARALLEL,
+    VOCAB_PARALLEL,
+    inspect_model,
+)
+from .engines import (
+    DEFAULT_COMPUTE_CAPABILITY,
+    DEFAULT_ENGINE,
+    DEFAULT_ENGINE_VERSION,
+    ENGINES,
+    check_engine,
+    parse_capability,
+    parse_version,
+)
+from .safetensors import CheckpointError, Tensor, numel
 
 GIB = 1024**3
 KV_CACHE_DTYPE_BYTES = {"auto": 2, "fp8_e5m2": 1}

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from onecat.rollout import render_table
+from onecat.fleet.rollout import render_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COUNTED = {
     "runner_on_ok": "ok",
     "runner_on_failed": "failed",

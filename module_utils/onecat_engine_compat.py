@@ -1,1 +1,0 @@
-../onecat/engine_compat.py

@@ -1,1 +1,0 @@
-../onecat/engine_ref.py

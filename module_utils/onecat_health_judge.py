@@ -1,1 +1,0 @@
-../onecat/health_judge.py

@@ -1,1 +1,0 @@
-../onecat/memory_plan.py

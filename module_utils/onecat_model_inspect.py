@@ -1,1 +1,0 @@
-../onecat/model_inspect.py

@@ -1,1 +1,0 @@
-../onecat/pci.py

@@ -1,1 +1,0 @@
-../onecat/preflight.py

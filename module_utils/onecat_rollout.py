@@ -1,1 +1,0 @@
-../onecat/rollout.py

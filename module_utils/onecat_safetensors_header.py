@@ -1,1 +1,0 @@
-../onecat/safetensors_header.py

@@ -1,1 +1,0 @@
-../onecat/serve_flags.py
