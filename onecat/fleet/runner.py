@@ -148,17 +148,28 @@ def run_playbook(
         tags=tags,
         cmdline=" ".join(_quote(c) for c in cmdline) or None,
         extravars={"onecat_run_id": run_id, "onecat_results_dir": str(run_dir)},
-        envvars={
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_NOCOLOR": "1",
-            # The ansible-playbook installed beside this Python (the venv) comes first.
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        },
+        envvars=runner_env(),
         event_handler=printer,
         quiet=True,
         ident="ansible",
     )
     return RunOutcome(run_id, run_dir, int(runner.rc), str(runner.status), printer.hosts)
+
+
+def runner_env() -> dict[str, str]:
+    """The environment of the ansible-playbook that ansible-runner starts.
+
+    ansible-runner turns SSH host-key checking off unless told otherwise
+    (ANSIBLE_HOST_KEY_CHECKING=False in its default environment); onecat says True, so a
+    machine that answers at a node's address without the node's key gets no root session.
+    The simulated fleet turns it off in its own inventory."""
+    return {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        # The ansible-playbook installed beside this Python (the venv) comes first.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
 
 
 def absolute_file_arg(value: str) -> str:

@@ -82,6 +82,16 @@ def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float
         return status, None
 
 
+def key_from_env_file(text: str, name: str = "VLLM_API_KEY") -> str:
+    """The value of `name` in a docker --env-file text ('' when it has none)."""
+    value = ""
+    for line in (text or "").splitlines():
+        key, sep, rest = line.partition("=")
+        if sep and key.strip() == name and not line.lstrip().startswith("#"):
+            value = rest.strip()
+    return value
+
+
 def served_names(models: Any) -> list[str]:
     """Model ids in an OpenAI /v1/models answer."""
     if not isinstance(models, dict) or not isinstance(models.get("data"), list):
