@@ -64,9 +64,14 @@ def rendered(tmp_path_factory, wheel) -> Path:
         "v6": {"vllm_serve_bind_address": "::"},
         "underscores": {"vllm_serve_args": {"--max_num_seqs": 8},
                         "vllm_serve_extra_args": ["--enable_prefix_caching"]},
+        "kept": {"vllm_serve_bind_address": "0.0.0.0"},
+        "rotated": {"vllm_serve_bind_address": "0.0.0.0", "vllm_serve_rotate_keys": True},
     }.items():
         (tmp / name).mkdir()
         hosts[name] = _host(tmp / name, wheel, **overrides)
+        if name in ("kept", "rotated"):
+            (tmp / name / "vllm.env").write_text(f"# old\nVLLM_API_KEY={KEY}\n"
+                                                 f"ONECAT_METRICS_KEY={'q' * 32}\n")
     data = run_playbook("serve_render.yml", hosts, tmp, check=False)
     for name in hosts:
         assert host_outcome(data, name)["failed_task"] is None, host_outcome(data, name)
@@ -102,6 +107,15 @@ def test_open_address_gets_generated_keys_in_the_env_file_only(rendered):
     assert "    --publish 0.0.0.0:8000:8000 \\" in unit.splitlines()
     assert "    --middleware onecat_guard.Guard \\" in unit.splitlines()
     assert "    --env PYTHONPATH=/opt/onecat/guard \\" in unit.splitlines()
+
+
+def test_keys_in_the_env_file_are_kept_until_rotated(rendered):
+    kept = _read(rendered, "kept", "env")
+    assert f"VLLM_API_KEY={KEY}\n" in kept and f"ONECAT_METRICS_KEY={'q' * 32}\n" in kept
+    assert _facts(rendered, "kept")["generated"] == []
+    rotated = _read(rendered, "rotated", "env")
+    assert KEY not in rotated and "q" * 32 not in rotated
+    assert _facts(rendered, "rotated")["generated"] == ["VLLM_API_KEY", "ONECAT_METRICS_KEY"]
 
 
 def test_ipv6_any_is_published_in_brackets_and_probed_on_loopback(rendered):
