@@ -133,6 +133,7 @@ def test_fresh_rollout_answers_nothing_without_a_key_from_another_node(host):
     if host.backend.hostname != "onecat-node1":
         pytest.skip("runs once: onecat-node2 probes onecat-node1")
     assert host.check_output("docker port vllm").splitlines() == ["8000/tcp -> 127.0.0.1:8000"]
+    print(f"\nonecat-node1 listens on: {listeners(host)}")
     open_ports = [port for address, port in listeners(host) if not address.is_loopback]
     probe = node("onecat-node2")
     address = node_address("onecat-node1")
