@@ -115,6 +115,11 @@ def wait_ready(base_url: str, served_name: str, timeout_s: float, api_key: str =
                 return True, f"/health is 200 and /v1/models lists {served_name!r}"
             last = (f"/v1/models answered {status} listing {names} (waiting for "
                     f"{served_name!r})")
+        elif status in (401, 403):
+            # A server that refuses the key will not change its mind: no point in waiting.
+            return False, (f"/health answered {status}: the server does not accept the key "
+                           "it was given (the gate sends VLLM_API_KEY from the unit's "
+                           "environment file)")
         elif status:
             last = f"/health answered {status}"
         death = is_dead() if is_dead else ""

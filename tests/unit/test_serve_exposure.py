@@ -158,7 +158,8 @@ def test_the_gate_reads_the_key_from_the_env_file(guarded, tmp_path):
     key = key_from_env_file(env_file)
     assert key == API and key_from_env_file("# VLLM_API_KEY=x\n") == ""
     assert wait_ready(guarded.url, "standin-model", 5, key)[0]
-    assert not wait_ready(guarded.url, "standin-model", 0.5, "", interval_s=0.1)[0]
+    ready, reason = wait_ready(guarded.url, "standin-model", 60, "wrong-" + API, interval_s=0.1)
+    assert not ready and "/health answered 401: the server does not accept the key" in reason
 
 
 def test_ssh_host_keys_are_checked_except_on_the_simulated_fleet():
