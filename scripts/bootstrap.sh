@@ -15,7 +15,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 packages=(docker.io debootstrap python3-venv gcc libc6-dev tar gzip ca-certificates git
-  dpkg-dev gnupg)
+  dpkg-dev gnupg haproxy)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "${pkg}" 2>/dev/null | grep -q "install ok installed" \

@@ -24,10 +24,14 @@ class RuntimeApiError(RuntimeError):
     """The admin socket is unreachable or HAProxy refused the command."""
 
 
-def execute(address: str, command: str, timeout: float = 5.0) -> str:
-    """Send one command and return HAProxy's answer (the socket closes after it)."""
+def _check(command: str) -> None:
     if "\n" in command or ";" in command:
         raise RuntimeApiError(f"refusing a runtime command with a newline or ';': {command!r}")
+
+
+def execute(address: str, command: str, timeout: float = 5.0) -> str:
+    """Send one command and return HAProxy's answer (the socket closes after it)."""
+    _check(command)
     try:
         if address.startswith("/"):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -120,6 +124,7 @@ class Runtime:
         self._execute = execute_fn
 
     def command(self, command: str) -> str:
+        _check(command)
         return self._execute(self.address, command, self.timeout)
 
     def stat(self) -> list[dict[str, str]]:
