@@ -253,3 +253,27 @@ def test_stat_rows_parse(tmp_path: Path, engines) -> None:
         rows = Runtime(gw.socket).stat()
         assert {"pxname", "svname", "scur", "stot", "status"} <= set(rows[0])
         json.dumps(rows)
+
+
+def test_bench_through_the_gateway_and_the_report_shows_each_nodes_share(
+        tmp_path: Path, engines) -> None:
+    from onecat.cli import main as onecat
+
+    variables = gateway_vars(tmp_path, engines)
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3))
+        run = tmp_path / "run"
+        status = onecat(["bench", "--url", gw.url, "--out", str(run / "gateway"),
+                         "--concurrency", "1,3", "--input-len", "16", "--output-len", "4",
+                         "--requests-per-level", "6", "--warmup", "0", "--quiet",
+                         "--gateway-stats", gw.admin_url + "/stats"])
+        assert status == 0
+    share = json.loads((run / "gateway" / "gateway-share.json").read_text())
+    assert sorted(share["servers"]) == ["node-a", "node-b", "node-c"]
+    # Every request of the run (and the bench's own probes) went to some node.
+    assert share["total"] >= 12
+    assert all(row["requests"] > 0 for row in share["servers"].values()), share
+    assert onecat(["report", str(run), "--no-plots"]) == 0
+    report = (run / "report.md").read_text()
+    assert "Requests per node through the gateway" in report and "| node-b |" in report
