@@ -121,7 +121,7 @@ def require_backend(selection: Selection, gateway: str = "the gateway") -> None:
         return
     why = "; ".join(f"{host}: {reason}" for host, reason in selection.excluded.items())
     held = "; ".join(f"{s.name}: {s.reason}" for s in selection.servers)
-    details = "; ".join(filter(None, [why, held])) or "the inventory's group v100 is empty"
+    details = "; ".join(filter(None, [why, held])) or "no node in the inventory group"
     raise NoBackendError(
         f"{gateway} has no serving back end, so it would answer every request with 503 "
         f"({details}): run the serve stage first (site.yml or playbooks/serve.yml) and fix "
