@@ -22,6 +22,8 @@ from conftest import PROJECT, read_lock
 sys.path.insert(0, str(PROJECT / "tests"))
 from gateway_load import LoadClient, failed, stream_completion, truncated, ttft_ms
 
+from onecat.gateway.runtime import parse_stat
+
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 SITE = "- ansible.builtin.import_playbook: @PROJECT@/site.yml"
 BROKEN = json.dumps({"vllm_serve_upgrade": True,
@@ -64,11 +66,18 @@ def gateway_url() -> str:
 def gateway_servers() -> dict[str, dict[str, str]]:
     """The gateway's server rows (HAProxy's stats CSV on its localhost admin port)."""
     csv_text = node("fleet-b").check_output("curl -fsS 'http://127.0.0.1:8404/stats;csv'")
-    lines = csv_text.lstrip("# ").splitlines()
-    header = lines[0].split(",")
-    rows = [dict(zip(header, line.split(","), strict=False)) for line in lines[1:] if line]
-    return {r["svname"]: r for r in rows
+    return {r["svname"]: r for r in parse_stat(csv_text)
             if r.get("pxname") == "onecat_nodes" and r["svname"] not in ("FRONTEND", "BACKEND")}
+
+
+def wait_for_servers(predicate, timeout: float = 15.0) -> dict[str, dict[str, str]]:
+    """The server rows once `predicate(rows)` holds (agent and health checks run every 2 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = gateway_servers()
+        if predicate(rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(1)
 
 
 def under_load(run_playbook, *args: str) -> tuple:
@@ -119,7 +128,8 @@ def test_first_rollout_holds_out_the_ecc_node_and_serves_the_others(run_playbook
     assert "fleet-a" in report and "fleet-b" in report
     # The gateway fronts exactly the two serving nodes; fleet-c never passed a gate.
     assert rows["fleet-a"]["in_rotation"] and rows["fleet-b"]["in_rotation"]
-    servers = gateway_servers()
+    servers = wait_for_servers(lambda rows: all(r["status"].startswith("UP")
+                                                for r in rows.values()))
     assert sorted(servers) == ["fleet-a", "fleet-b"], servers
     assert all(r["status"].startswith("UP") for r in servers.values()), servers
     assert stream_completion(gateway_url(), MODEL, max_tokens=8).tokens == 8
@@ -170,7 +180,7 @@ def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
     # The canary serves the old image again, but stays out of rotation with its reason.
     assert node("fleet-a").run("curl -fsS http://127.0.0.1:8000/health").rc == 0
     assert rows["fleet-a"]["in_rotation"] is False
-    servers = gateway_servers()
+    servers = wait_for_servers(lambda rows: "smoke" in rows["fleet-a"]["last_agt"])
     assert servers["fleet-a"]["status"].startswith("MAINT"), servers["fleet-a"]
     assert "smoke" in servers["fleet-a"]["last_agt"], servers["fleet-a"]
     assert servers["fleet-b"]["status"].startswith("UP")
@@ -194,7 +204,8 @@ def test_good_upgrade_drains_each_node_and_no_stream_fails(run_playbook):
     assert locked != lock_before["engine_image"]["image_id"]
     assert rows["fleet-a"]["image"] == rows["fleet-b"]["image"] == locked
     assert rows["fleet-a"]["in_rotation"] and rows["fleet-b"]["in_rotation"]
-    servers = gateway_servers()
+    servers = wait_for_servers(lambda rows: all(r["status"].startswith("UP")
+                                                for r in rows.values()))
     assert all(r["status"].startswith("UP") for r in servers.values()), servers
     # Both nodes restarted under load; the drains made it invisible to the clients.
     assert len(during) >= 20, len(during)
