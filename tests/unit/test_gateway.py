@@ -150,3 +150,14 @@ def test_refusals_of_the_runtime_api_are_errors() -> None:
         runtime.set_state("onecat_nodes", "gpu-01", "up")
     with pytest.raises(RuntimeApiError, match="newline"):
         runtime.command("show stat\nshutdown frontend onecat")
+
+
+def test_share_is_the_difference_of_each_servers_session_count() -> None:
+    from onecat.gateway.share import share
+
+    after = STAT.replace("0,0,2,4,64,30,UP", "0,0,0,4,64,45,UP").replace(
+        "0,0,0,2,64,10,MAINT", "0,0,0,2,64,15,MAINT")
+    document = share(STAT, after)
+    assert document["total"] == 20
+    assert document["servers"]["gpu-01"] == {"requests": 15, "share": 0.75, "status": "UP"}
+    assert document["servers"]["gpu-02"]["requests"] == 5
