@@ -192,7 +192,11 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.onecat.health.judge import Thresholds, fails, judge, summary
-from ansible.module_utils.onecat.health.nvml import NvmlUnavailable, gather
+from ansible.module_utils.onecat.health.nvml import (
+    NvmlUnavailable,
+    gather,
+    kernel_log_problem,
+)
 
 try:
     import pynvml
@@ -239,6 +243,10 @@ def main():
         thresholds = Thresholds.from_mapping(module.params)
     except ValueError as error:
         module.fail_json(msg=f"gpu_health on {host}: {error}")
+    log_path = module.params["kernel_log_path"]
+    problem = kernel_log_problem(log_path) if log_path and thresholds.check_xid else None
+    if problem:
+        module.fail_json(msg=f"gpu_health on {host}: kernel_log_path: {problem}")
     try:
         readings = gather(pynvml, check_xid=thresholds.check_xid,
                           kernel_log_path=module.params["kernel_log_path"])

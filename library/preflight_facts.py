@@ -102,7 +102,11 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.onecat.preflight.checks import gather, judge
+from ansible.module_utils.onecat.preflight.checks import (
+    check_disk_requirements,
+    gather,
+    judge,
+)
 
 
 def main() -> None:
@@ -127,6 +131,10 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
+    try:
+        check_disk_requirements(params["disk_requirements"])
+    except ValueError as error:
+        module.fail_json(msg=f"preflight_facts: {error}")
     try:
         facts = gather(
             sysfs_root=params["sysfs_root"],

@@ -74,7 +74,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     hosts = {
-        name: {key: (facts or {}).get(key) for key in FACT_KEYS}
+        name: {key: facts.get(key) for key in FACT_KEYS} if isinstance(facts, dict) else {}
         for name, facts in module.params["hosts"].items()
     }
     summary = summarize(hosts, module.params["run_id"])

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 from pathlib import Path
 
 from onecat.bench.observe import nvml_memory_reader
-from onecat.bench.session import BenchError, BenchOptions, run_bench
+from onecat.bench.session import LIMITS, BenchError, BenchOptions, load_problem, run_bench
 
 
 def _levels(text: str) -> list[int]:
@@ -17,31 +18,29 @@ def _levels(text: str) -> list[int]:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--concurrency {text!r}: give comma-separated integers, e.g. 1,8,16,32") from None
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"--concurrency {text!r}: levels must be >= 1")
+    if not levels or min(levels) < 1 or max(levels) > LIMITS["concurrency"]:
+        raise argparse.ArgumentTypeError(f"--concurrency {text!r}: levels must be between 1 and "
+                                         f"{LIMITS['concurrency']}")
     return levels
 
 
-def _positive(kind: type) -> object:
+def _bounded(kind: type, limit: str, low: float = 0, low_open: bool = True) -> object:
+    """An argparse type: a finite `kind` above `low` (or at least it) and at most LIMITS[limit]."""
+    high = LIMITS[limit]
+
     def parse(text: str) -> object:
         try:
             value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not "
+                                             f"{'an integer' if kind is int else 'a number'}"
+                                             ) from None
+        if not math.isfinite(value) or value < low or (low_open and value == low) \
+                or value > high:
+            bound = f"> {low:g}" if low_open else f">= {low:g}"
+            raise argparse.ArgumentTypeError(f"{text!r} must be {bound} and at most {high:g}")
         return value
     return parse
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
 
 
 DESCRIPTION = ("Closed-loop streaming benchmark: at each concurrency level c, exactly c clients "
@@ -70,16 +69,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # must not override the inventory's benchmark_* variables.
     parser.add_argument("--concurrency", type=_levels, default=None,
                         help="comma-separated concurrency levels (default: 1,8,16,32)")
-    parser.add_argument("--input-len", type=_positive(int), default=None,
+    parser.add_argument("--input-len", type=_bounded(int, "tokens"), default=None,
                         help="prompt length in tokens (default: 500)")
-    parser.add_argument("--output-len", type=_positive(int), default=None,
+    parser.add_argument("--output-len", type=_bounded(int, "tokens"), default=None,
                         help="output tokens per request, EOS ignored (default: 256)")
-    parser.add_argument("--requests-per-level", type=_positive(int), default=None,
-                        help="requests per level (default: max(4 x concurrency, 16))")
-    parser.add_argument("--warmup", type=_non_negative, default=None,
+    parser.add_argument("--requests-per-level", type=_bounded(int, "requests_per_level"),
+                        default=None, help="requests per level (default: max(4 x concurrency, 16))")
+    parser.add_argument("--warmup", type=_bounded(int, "warmup", low_open=False),
+                        default=None,
                         help="unmeasured requests before the first level (default: 2)")
     parser.add_argument("--seed", type=int, default=None, help="prompt seed (default: 0)")
-    parser.add_argument("--timeout", type=_positive(float), default=None,
+    parser.add_argument("--timeout", type=_bounded(float, "timeout_s"), default=None,
                         help="per-request timeout in seconds (default: 600)")
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
                         help="OpenAI endpoint to load (default: completions)")
@@ -168,6 +168,11 @@ def main(args: argparse.Namespace) -> int:
             setattr(args, name, value)
     if args.out is None:
         print("onecat bench: --out DIR is required (where the result files go)", file=sys.stderr)
+        return 2
+    problem = load_problem(args.concurrency, args.requests_per_level, args.warmup,
+                           args.input_len)
+    if problem:
+        print(f"onecat bench: {problem}", file=sys.stderr)
         return 2
     stats_before = None
     if args.gateway_stats:

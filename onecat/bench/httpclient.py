@@ -12,7 +12,7 @@ import json
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 
 class HttpError(Exception):
@@ -39,6 +39,32 @@ class Endpoint:
         return cls(parts.hostname, port, parts.scheme == "https", parts.path.rstrip("/"))
 
 
+def public_url(url: str) -> str:
+    """The URL as results and messages may show it: credentials and query values removed
+    (http://user:pw@host/?key=x -> http://***@host/?key=***)."""
+    try:
+        parts = urlsplit(url if "://" in url else "http://" + url)
+        netloc = parts.netloc
+    except ValueError:
+        return "(unparseable URL)"
+    if "@" in netloc:
+        netloc = "***@" + netloc.rpartition("@")[2]
+    query = "&".join(f"{item.partition('=')[0]}=***" if "=" in item else item
+                     for item in parts.query.split("&")) if parts.query else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def parse_size(text: bytes | str, base: int, what: str) -> int:
+    """A chunk size (hex) or Content-Length (decimal); HttpError when it is not one."""
+    try:
+        value = int(text, base)
+    except ValueError:
+        raise HttpError("bad_response", f"{what} {text[:20]!r}") from None
+    if value < 0:
+        raise HttpError("bad_response", f"negative {what}")
+    return value
+
+
 class Response:
     def __init__(self, conn: Connection, status: int, headers: dict[str, str]) -> None:
         self.conn = conn
@@ -51,17 +77,21 @@ class Response:
         assert reader is not None
         if self.headers.get("transfer-encoding", "").lower() == "chunked":
             while True:
-                line = await reader.readline()
+                line = await _readline(reader)
                 if not line:
                     raise HttpError("truncated_stream", "connection closed inside the body")
-                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                size = parse_size(line.split(b";", 1)[0].strip() or b"0", 16, "chunk size")
                 if size == 0:
-                    await reader.readline()  # trailer end
+                    await _readline(reader)  # trailer end
                     return
-                data = await reader.readexactly(size + 2)
+                try:
+                    data = await reader.readexactly(size + 2)
+                except asyncio.IncompleteReadError:
+                    raise HttpError("truncated_stream", "connection closed inside a chunk") \
+                        from None
                 yield data[:-2]
         elif "content-length" in self.headers:
-            remaining = int(self.headers["content-length"])
+            remaining = parse_size(self.headers["content-length"].strip(), 10, "content-length")
             while remaining > 0:
                 data = await reader.read(min(remaining, 65536))
                 if not data:
@@ -81,6 +111,14 @@ class Response:
             return json.loads(await self.read())
         except ValueError as exc:
             raise HttpError("bad_response", f"invalid JSON: {exc}") from None
+
+
+async def _readline(reader: asyncio.StreamReader) -> bytes:
+    """One line; a line longer than the reader's limit is a bad response, not a crash."""
+    try:
+        return await reader.readline()
+    except (ValueError, asyncio.LimitOverrunError):
+        raise HttpError("bad_response", "a header or chunk-size line is too long") from None
 
 
 class _Stale(Exception):
@@ -152,7 +190,7 @@ class Connection:
             f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
         self.writer.write(head.encode("latin-1") + payload)
         await self.writer.drain()
-        status_line = await self.reader.readline()
+        status_line = await _readline(self.reader)
         if not status_line:
             raise _Stale("closed before the status line")
         try:
@@ -161,7 +199,7 @@ class Connection:
             raise HttpError("bad_response", f"status line {status_line[:80]!r}") from None
         response_headers: dict[str, str] = {}
         while True:
-            line = await self.reader.readline()
+            line = await _readline(self.reader)
             if line in (b"\r\n", b"\n", b""):
                 break
             key, _, value = line.decode("latin-1").partition(":")

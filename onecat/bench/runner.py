@@ -89,6 +89,21 @@ class LiveCounters:
     chunks: int = 0
 
 
+def _usage(usage: object) -> dict[str, int]:
+    """The usage object's token counts; HttpError when they are not counts."""
+    if not isinstance(usage, dict):
+        raise HttpError("bad_response", "usage is not a JSON object")
+    counts = {}
+    for key in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(key)
+        if value is None:
+            continue
+        if type(value) is not int or value < 0:
+            raise HttpError("bad_response", f"usage.{key} is {str(value)[:20]!r}, not a count")
+        counts[key] = value
+    return counts
+
+
 class _Collector:
     """Turns SSE payloads into timings as they arrive (called from the protocol)."""
 
@@ -98,7 +113,7 @@ class _Collector:
         self.chat = chat
         self.last = result.start
         self.chunks = 0
-        self.usage: dict | None = None
+        self.usage: dict[str, int] | None = None
         self.done = False
 
     def __call__(self, data: bytes, now: float) -> None:
@@ -109,15 +124,21 @@ class _Collector:
             event = json.loads(data)
         except ValueError:
             raise HttpError("bad_response", "a stream chunk is not JSON") from None
+        if not isinstance(event, dict):
+            raise HttpError("bad_response", "a stream chunk is not a JSON object")
         if event.get("error"):
             raise HttpError("server_error_in_stream", str(event["error"])[:200])
         if event.get("usage"):
-            self.usage = event["usage"]
+            self.usage = _usage(event["usage"])
         choices = event.get("choices")
         if not choices:
             return
-        choice = choices[0]
-        text = (choice.get("delta") or {}).get("content") if self.chat else choice.get("text")
+        choice = choices[0] if isinstance(choices, list) else None
+        if not isinstance(choice, dict):
+            raise HttpError("bad_response", "a stream chunk's choices is not a list of objects")
+        delta = choice.get("delta") if self.chat else None
+        text = (delta.get("content") if isinstance(delta, dict) else None) if self.chat \
+            else choice.get("text")
         if not text:
             return
         result = self.result
@@ -141,8 +162,8 @@ async def _stream(conn: StreamingConnection, target: Target, body: bytes,
         raise HttpError("empty_output", "no chunk carried text")
     result.latency = collect.last - result.start
     if collect.usage:
-        result.output_tokens = int(collect.usage.get("completion_tokens") or collect.chunks)
-        result.prompt_tokens = int(collect.usage.get("prompt_tokens") or 0)
+        result.output_tokens = collect.usage.get("completion_tokens") or collect.chunks
+        result.prompt_tokens = collect.usage.get("prompt_tokens") or 0
     else:
         result.output_tokens = collect.chunks  # server ignored include_usage: a token per chunk
     result.ok = True

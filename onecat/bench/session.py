@@ -12,12 +12,22 @@ from pathlib import Path
 
 from onecat import __version__
 from onecat.bench import output, prompts
-from onecat.bench.httpclient import Connection, Endpoint, HttpError
+from onecat.bench.httpclient import Connection, Endpoint, HttpError, public_url
 from onecat.bench.metrics import level_metrics
 from onecat.bench.observe import MemoryReader, MemorySampler, MetricsScraper
 from onecat.bench.runner import LiveCounters, Target, run_level, send
 
 PROBE_TIMEOUT_S = 30.0
+# Upper bounds of the load options. Every prompt of a run is built (and counted through
+# /tokenize) before timing starts, so their product is bounded too (MAX_PROMPT_TOKENS).
+LIMITS: dict[str, float] = {
+    "concurrency": 4096,
+    "requests_per_level": 1_000_000,
+    "warmup": 10_000,
+    "tokens": 1 << 20,  # --input-len, --output-len
+    "timeout_s": 86_400.0,
+}
+MAX_PROMPT_TOKENS = 50_000_000  # ~300 MB of prompt text in memory
 TOKENIZE_CONNECTIONS = 16
 WARMUP_MAX_TOKENS = 16
 
@@ -50,6 +60,17 @@ def requests_for(level: int, fixed: int | None) -> int:
     return fixed if fixed else max(4 * level, 16)
 
 
+def load_problem(concurrency: list[int], requests_per_level: int | None, warmup: int,
+                 input_len: int) -> str | None:
+    """Why this load cannot run (the prompts would not fit in memory), or None."""
+    prompts = warmup + sum(requests_for(c, requests_per_level) for c in concurrency)
+    if prompts * input_len > MAX_PROMPT_TOKENS:
+        return (f"{prompts:,} prompts of {input_len:,} tokens ({prompts * input_len:,} tokens) "
+                f"would be built before the first request; the limit is {MAX_PROMPT_TOKENS:,}: "
+                "lower --requests-per-level, --concurrency or --input-len")
+    return None
+
+
 def _say(opts: BenchOptions, message: str) -> None:
     if not opts.quiet:
         print(f"onecat bench: {message}", file=sys.stderr, flush=True)
@@ -57,25 +78,31 @@ def _say(opts: BenchOptions, message: str) -> None:
 
 async def _probe(conn: Connection, opts: BenchOptions) -> str:
     """Reachability, API key and model name, from GET /v1/models."""
+    url = public_url(opts.url)
     try:
         status, body = await asyncio.wait_for(conn.get_json("/v1/models"),
                                               min(opts.timeout, PROBE_TIMEOUT_S))
     except (TimeoutError, HttpError, OSError) as exc:
         reason = exc.reason if isinstance(exc, HttpError) else "timeout"
-        raise BenchError(f"cannot reach {opts.url} ({reason}); check the URL and that the "
+        raise BenchError(f"cannot reach {url} ({reason}); check the URL and that the "
                          "server is running (systemctl status vllm on the node)") from None
     if status == 401:
-        raise BenchError(f"{opts.url} wants an API key: pass --api-key-file with the key")
+        raise BenchError(f"{url} wants an API key: pass --api-key-file with the key")
     if status != 200 or not isinstance(body, dict):
-        raise BenchError(f"{opts.url}/v1/models answered HTTP {status}; is this a vLLM server?")
-    served = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+        raise BenchError(f"{url}/v1/models answered HTTP {status}; is this a vLLM server?")
+    data = body.get("data")
+    if not isinstance(data, list):
+        raise BenchError(f"{url}/v1/models answered without a list of models (data: "
+                         f"{str(data)[:40]!r}); is this an OpenAI-compatible server?")
+    served = [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)
+              and m["id"]]
     if opts.model:
         if opts.model not in served:
-            raise BenchError(f"model {opts.model!r} is not served by {opts.url}; it serves "
+            raise BenchError(f"model {opts.model!r} is not served by {url}; it serves "
                              f"{served}: fix --model")
         return opts.model
     if not served:
-        raise BenchError(f"{opts.url}/v1/models lists no model")
+        raise BenchError(f"{url}/v1/models lists no model")
     return served[0]
 
 
@@ -156,6 +183,10 @@ async def _progress(opts: BenchOptions, level: int, total: int, live: LiveCounte
 async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = None,
                     clock: Callable[[], float] = time.process_time) -> list[dict]:
     """Run every level, write DIR/bench-c<N>.json as each ends and the summaries at the end."""
+    problem = load_problem(opts.concurrency, opts.requests_per_level, opts.warmup,
+                           opts.input_len)
+    if problem:
+        raise BenchError(problem)
     endpoint = Endpoint.parse(opts.url)
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     probe = Connection(endpoint, headers)
@@ -178,7 +209,7 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
 
     opts.out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    run_info = {"url": opts.url, "model": model, "endpoint": target.path,
+    run_info = {"url": public_url(opts.url), "model": model, "endpoint": target.path,
                 "input_len": opts.input_len, "output_len": opts.output_len,
                 "input_len_source": source, "seed": opts.seed, "warmup": opts.warmup,
                 "timeout_s": opts.timeout, "started_at": started, "onecat_version": __version__}

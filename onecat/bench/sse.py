@@ -14,7 +14,7 @@ import ssl
 import time
 from collections.abc import Callable
 
-from onecat.bench.httpclient import Endpoint, HttpError
+from onecat.bench.httpclient import Endpoint, HttpError, parse_size
 
 OnEvent = Callable[[bytes, float], None]  # (data payload, arrival time) -> None; may raise
 
@@ -105,7 +105,7 @@ class _Protocol(asyncio.Protocol):
             self.remaining = -1  # expecting a size line
         elif "content-length" in headers:
             self.mode = "length"
-            self.remaining = int(headers["content-length"])
+            self.remaining = parse_size(headers["content-length"], 10, "content-length")
         else:
             self.mode = "close"
             self.keep_alive = False
@@ -119,7 +119,8 @@ class _Protocol(asyncio.Protocol):
                 eol = self.buf.find(b"\r\n")
                 if eol < 0:
                     return
-                size = int(bytes(self.buf[:eol]).split(b";", 1)[0].strip() or b"0", 16)
+                size = parse_size(bytes(self.buf[:eol]).split(b";", 1)[0].strip() or b"0", 16,
+                             "chunk size")
                 del self.buf[:eol + 2]
                 self.remaining = size if size else -2
             elif self.remaining == -2:  # after the last chunk: trailers end with an empty line

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from onecat.fleet.runner import print_outcome, run_playbook
+from onecat.fleet.runner import inventory_problem, print_outcome, run_playbook
 
 
 def add_run_options(parser: argparse.ArgumentParser, inventory: bool = True) -> None:
@@ -34,6 +34,10 @@ def run_fleet_command(
     if not Path(args.inventory).exists():
         print(f"onecat: inventory {args.inventory} not found: pass -i with an inventory "
               "file such as inventory/v100-hosts.yml", file=sys.stderr)
+        return 2
+    problem = inventory_problem(args.inventory)
+    if problem:
+        print(f"onecat: {problem}", file=sys.stderr)
         return 2
     outcome = run_playbook(
         playbook,

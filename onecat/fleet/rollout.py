@@ -18,30 +18,47 @@ from typing import Any
 STAGES = ("preflight", "driver", "runtime", "health", "serve", "benchmark")
 
 
+def _object(value: Any) -> Mapping[str, Any]:
+    """A recorded fact that should be an object; {} when a play or a user set something else."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _line(value: Any) -> str:
+    return " ".join(str(value).split())
+
+
+def _lines(value: Any) -> list[str]:
+    return [_line(item) for item in value if item] if isinstance(value, list) else []
+
+
 def _reasons(stage: str, facts: Mapping[str, Any]) -> list[str]:
     """Why a host stopped at ``stage``, from what that stage recorded."""
     if stage == "preflight":
-        return list((facts.get("onecat_preflight") or {}).get("errors", []))
+        return _lines(_object(facts.get("onecat_preflight")).get("errors"))
     if stage == "health":
-        problems = (facts.get("gpu_health") or {}).get("problems", [])
-        return [p["message"] for p in problems if p.get("severity") == "error"]
+        problems = _object(facts.get("gpu_health")).get("problems")
+        return [_line(p.get("message")) for p in problems if isinstance(p, Mapping)
+                and p.get("severity") == "error"] if isinstance(problems, list) else []
     if stage == "serve":
-        result = facts.get("vllm_serve_result") or {}
-        return [text for text in (result.get("reason"), result.get("rollback")) if text]
+        result = _object(facts.get("vllm_serve_result"))
+        return [_line(text) for text in (result.get("reason"), result.get("rollback")) if text]
     return []
 
 
 def summarize_host(host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
-    stage = facts.get("onecat_stage") or "not reached"
-    passed = list(facts.get("onecat_stages_passed") or [])
+    facts = _object(facts)
+    stage = _line(facts.get("onecat_stage") or "not reached")
+    passed = _lines(facts.get("onecat_stages_passed"))
     serve = facts.get("vllm_serve_result")
+    serve = None if serve is None else _object(serve)
     skipped = facts.get("onecat_skip_reason")
     held = stage != "not reached" and stage not in passed and not skipped
-    reasons = [skipped] if skipped else (_reasons(stage, facts) if held else [])
+    reasons = [_line(skipped)] if skipped else (_reasons(stage, facts) if held else [])
     if held and not reasons and facts.get("onecat_hold_reason"):
-        reasons = [" ".join(str(facts["onecat_hold_reason"]).split())]
+        reasons = [_line(facts["onecat_hold_reason"])]
     if held and not reasons:
         reasons = [f"failed during the {stage} stage: see this run's log for the task"]
+    verdict = _object(facts.get("gpu_health")).get("verdict")
     return {
         "host": host,
         "stage": stage,
@@ -50,7 +67,7 @@ def summarize_host(host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
             else f"untouched at {stage}" if skipped
             else "ok" if passed else "not run"
         ),
-        "verdict": (facts.get("gpu_health") or {}).get("verdict"),
+        "verdict": None if verdict is None else _line(verdict),
         # None: this run did not reach the serve stage, so it cannot say.
         "serving": None if serve is None else bool(serve.get("serving")),
         "rolled_back": bool((serve or {}).get("rolled_back")),

@@ -1,9 +1,15 @@
 """Run a onecat playbook through ansible-runner with live per-host progress.
 
 Used by `onecat deploy`, `onecat health -i` and `onecat bench -i`. Each run
-gets an id (UTC time + short git hash) and keeps ansible-runner's artifacts
-under ``results/<run-id>/``; Ansible errors reach the user as one line per
-host, not as a JSON dump.
+gets an id (UTC time + short git hash, plus -2, -3, ... when another run took that
+second) and keeps ansible-runner's artifacts under ``results/<run-id>/``; Ansible
+errors reach the user as one line per host, not as a JSON dump.
+
+Secrets stay out of those artifacts: extra variables (`-e key=value`, inline JSON/YAML)
+reach ansible-playbook as `-e @file` from a private temporary folder removed after the
+run, so ansible-runner's record of the command line holds only file names; its env/ files
+and fact cache are not written; and the controller environment it records in
+``artifacts/<ident>/command`` is cut down to variables that hold no credentials.
 """
 
 from __future__ import annotations
@@ -11,8 +17,11 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +51,112 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     return f"{stamp}-{rev}"
 
 
+def inventory_problem(inventory: str, group: str = "v100") -> str | None:
+    """Why `inventory` cannot drive a run (does not parse, or has no host in `group`), or None.
+
+    Asked of ansible-inventory itself (the same parser and ansible.cfg as the run), before
+    the run starts, so a bad -i costs one line and leaves nothing under results/.
+    """
+    command = [str(Path(sys.executable).parent / "ansible-inventory"), "-i", inventory, "--list"]
+    if not Path(command[0]).exists():
+        command[0] = "ansible-inventory"
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1"}
+    fix = "pass -i with an inventory file such as inventory/v100-hosts.yml"
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO,
+                              timeout=300, check=False)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"cannot run ansible-inventory to read {inventory}: {error}"
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if "ERROR" in line] or \
+            done.stderr.strip().splitlines()[-1:] or ["(no message)"]
+        reason = " ".join(lines[0].replace("[ERROR]:", "").replace("ERROR!", "").split())
+        return f"inventory {inventory} cannot be parsed ({reason[:300]}): fix it or {fix}"
+    try:
+        groups = json.loads(done.stdout)
+    except ValueError:
+        return f"inventory {inventory}: ansible-inventory printed no JSON: {fix}"
+    if not _hosts_of(groups, group, set()):
+        return (f"inventory {inventory} has no hosts in group {group}, so the run would do "
+                f"nothing: list your nodes under {group}, or {fix}")
+    return None
+
+
+def _hosts_of(groups: dict[str, Any], group: str, seen: set[str]) -> set[str]:
+    entry = groups.get(group)
+    if not isinstance(entry, dict) or group in seen:
+        return set()
+    seen.add(group)
+    hosts = set(entry.get("hosts") or [])
+    for child in entry.get("children") or []:
+        hosts |= _hosts_of(groups, child, seen)
+    return hosts
+
+
+def claim_run_dir(root: Path, run_id: str) -> tuple[str, Path]:
+    """Create the run's folder exclusively: a second run in the same second gets run_id-2."""
+    root.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, 1000):
+        candidate = run_id if attempt == 1 else f"{run_id}-{attempt}"
+        try:
+            (root / candidate).mkdir()
+        except FileExistsError:
+            continue
+        return candidate, root / candidate
+    raise RuntimeError(f"{root}: 999 runs named {run_id}: clean up the results folder")
+
+
+# Environment variables whose values may stay in the artifacts (no credentials in them).
+KEPT_ENV = re.compile(r"^(ANSIBLE_\w+|PATH|HOME|USER|LOGNAME|SHELL|LANG|LC_\w+|TERM|TZ|PWD|"
+                      r"VIRTUAL_ENV|PYTHONPATH|PYTHONUNBUFFERED|PROJECT_DIR|RUNNER_\w+|"
+                      r"JOB_ID|INVENTORY_ID|ANSIBLE_\w+)$")
+SECRET_NAME = re.compile(r"PASS|SECRET|TOKEN|KEY|CRED|AUTH|SESSION|COOKIE", re.IGNORECASE)
+REDACTED = "<redacted by onecat>"
+
+
+def redact_env(env: dict[str, Any]) -> dict[str, Any]:
+    """The environment as artifacts may keep it: values only for harmless variables."""
+    return {name: value if KEPT_ENV.match(name) and not SECRET_NAME.search(name) else REDACTED
+            for name, value in env.items()}
+
+
+def scrub_artifacts(private_dir: Path) -> None:
+    """Cut the controller environment out of ansible-runner's command record(s)."""
+    for command in private_dir.glob("artifacts/*/command"):
+        try:
+            record = json.loads(command.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("env"), dict):
+            record["env"] = redact_env(record["env"])
+            command.write_text(json.dumps(record, ensure_ascii=False))
+
+
+def extra_vars_files(extra_vars: Sequence[str], folder: Path) -> list[str]:
+    """Each -e value as ansible-playbook arguments that name a file, never the value itself.
+
+    `@file` stays (made absolute); inline JSON/YAML is written as it is; `key=value` pairs
+    are parsed as ansible-playbook parses them and written as JSON. Files are 0600.
+    """
+    from ansible.parsing.splitter import parse_kv
+
+    arguments: list[str] = []
+    for index, item in enumerate(extra_vars):
+        if not item:
+            continue
+        if item.startswith("@"):
+            arguments += ["-e", absolute_file_arg(item)]
+            continue
+        path = folder / f"extra-vars-{index}.yml"
+        text = item if item[0] in "[{" else json.dumps(dict(parse_kv(item)))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        arguments += ["-e", f"@{path}"]
+    return arguments
+
+
 @dataclass
 class HostProgress:
     stage: str = ""
@@ -69,6 +184,8 @@ class ProgressPrinter:
             self.play = data.get("play", "")
         if kind not in COUNTED:
             return True
+        if self.play.startswith("Inventory |") and kind != "runner_on_failed":
+            return True  # the controller's inventory check is not a host of the fleet
         host = data.get("host", "?")
         progress = self.hosts.setdefault(host, HostProgress())
         progress.stage, progress.task = self.play, data.get("task", "")
@@ -130,34 +247,42 @@ def run_playbook(
     """Run ``playbooks/<playbook>`` (or site.yml) against ``inventory``."""
     import ansible_runner  # imported late: `onecat plan` and friends need no Ansible
 
-    run_id = new_run_id()
-    run_dir = (results_dir or REPO / "results") / run_id
-    (run_dir / "runner").mkdir(parents=True, exist_ok=True)
-    cmdline: list[str] = []
-    if check:
-        cmdline.append("--check")
-    for item in extra_vars:
-        cmdline += ["-e", absolute_file_arg(item)]
-    printer = ProgressPrinter(stream=stream, quiet=quiet)
-    runner = ansible_runner.run(
-        private_data_dir=str(run_dir / "runner"),
-        project_dir=str(REPO),
-        playbook=str(REPO / playbook),
-        inventory=str(Path(inventory).resolve()),
-        limit=absolute_file_arg(limit) if limit else None,
-        tags=tags,
-        cmdline=" ".join(_quote(c) for c in cmdline) or None,
-        extravars={"onecat_run_id": run_id, "onecat_results_dir": str(run_dir)},
-        envvars={
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_NOCOLOR": "1",
-            # The ansible-playbook installed beside this Python (the venv) comes first.
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        },
-        event_handler=printer,
-        quiet=True,
-        ident="ansible",
-    )
+    run_id, run_dir = claim_run_dir(results_dir or REPO / "results", new_run_id())
+    private = run_dir / "runner"
+    private.mkdir(mode=0o700)
+    secrets = Path(tempfile.mkdtemp(prefix="onecat-run-"))
+    try:
+        cmdline: list[str] = ["--check"] if check else []
+        run_vars = json.dumps({"onecat_run_id": run_id, "onecat_results_dir": str(run_dir)})
+        cmdline += extra_vars_files([run_vars, *extra_vars], secrets)
+        printer = ProgressPrinter(stream=stream, quiet=quiet)
+        runner = ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(REPO),
+            playbook=str(REPO / playbook),
+            inventory=str(Path(inventory).resolve()),
+            limit=absolute_file_arg(limit) if limit else None,
+            tags=tags,
+            cmdline=" ".join(_quote(c) for c in cmdline),
+            envvars={
+                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                "ANSIBLE_NOCOLOR": "1",
+                # An inventory that does not parse fails the run (it would skip every play).
+                "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1",
+                # The ansible-playbook installed beside this Python (the venv) comes first.
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            },
+            # No env/ files (they would repeat the command line and environment) and no
+            # fact cache on disk (nodes' facts include their environment): run-only facts.
+            suppress_env_files=True,
+            fact_cache_type="memory",
+            event_handler=printer,
+            quiet=True,
+            ident="ansible",
+        )
+    finally:
+        shutil.rmtree(secrets, ignore_errors=True)
+        scrub_artifacts(private)
     return RunOutcome(run_id, run_dir, int(runner.rc), str(runner.status), printer.hosts)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from onecat.fleet.deploy import add_run_options, run_fleet_command
 from onecat.health.judge import Thresholds, fails
 from onecat.health.local import check_local, format_report
-from onecat.health.nvml import NvmlUnavailable
+from onecat.health.nvml import NvmlUnavailable, kernel_log_problem
 
 EXIT_OK, EXIT_FAILED, EXIT_CANNOT_CHECK = 0, 1, 2
 
@@ -88,6 +88,11 @@ def run_local(args: argparse.Namespace) -> int:
         thresholds = _thresholds(args)
     except ValueError as error:
         print(f"onecat health: {error}", file=sys.stderr)
+        return EXIT_CANNOT_CHECK
+    problem = kernel_log_problem(args.kernel_log) if args.kernel_log and not args.no_xid \
+        else None
+    if problem:
+        print(f"onecat health: --{problem}", file=sys.stderr)
         return EXIT_CANNOT_CHECK
     try:
         facts: dict[str, Any] = check_local(pynvml, thresholds, args.kernel_log)

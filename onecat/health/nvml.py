@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import subprocess
 from typing import Any
 
@@ -63,6 +64,8 @@ XID_PATTERN = re.compile(
     r"(\d+),\s*(.*)"
 )
 KERNEL_LOG_TIMEOUT_S = 30
+# A kernel log of one boot is megabytes; only the newest this many bytes of a file are read.
+KERNEL_LOG_MAX_BYTES = 64 * 1024 * 1024
 NVLINK_LINK_LIMIT = 36  # the largest NVML_NVLINK_MAX_LINKS so far; NVML stops us earlier
 
 
@@ -290,11 +293,8 @@ def read_kernel_log(path: str | None = None) -> tuple[str | None, str | None, st
     it: journald's kernel log of this boot, then /dev/kmsg, then dmesg.
     """
     if path:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                return handle.read(), path, None
-        except OSError as error:
-            return None, path, f"cannot read {path}: {error.strerror}"
+        text, failure = read_log_file(path)
+        return text, path, failure
     failures = []
     text, failure = _run(["journalctl", "-k", "-b", "0", "-o", "cat", "--no-pager", "-q"])
     if text is not None:
@@ -309,6 +309,46 @@ def read_kernel_log(path: str | None = None) -> tuple[str | None, str | None, st
         return text, "dmesg", None
     failures.append(failure)
     return None, None, "; ".join(failures)
+
+
+def kernel_log_problem(path: str) -> str | None:
+    """Why `path` cannot serve as the kernel log (checked before the NVML readings), or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        return f"kernel log {path}: {error.strerror}: pass a readable file, or leave it unset"
+    if not stat.S_ISREG(mode):
+        return (f"kernel log {path} is not a regular file (a FIFO or a device would hang or "
+                "never end): pass a file holding the kernel log, e.g. journalctl -k -b 0 > "
+                "kernel.log, or leave it unset to read journald or /dev/kmsg")
+    return None
+
+
+def read_log_file(path: str) -> tuple[str | None, str | None]:
+    """(text, None) from a regular file, its newest KERNEL_LOG_MAX_BYTES; (None, why) else.
+
+    Opened non-blocking: a FIFO would block open() until a writer comes, and a device such
+    as /dev/zero never ends, so both are refused by type instead of hanging the check.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        return None, f"cannot read {path}: {error.strerror}"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, (f"{path} is not a regular file: pass a file holding the kernel log, "
+                          "e.g. journalctl -k -b 0 > kernel.log")
+        os.set_blocking(fd, True)
+        if info.st_size > KERNEL_LOG_MAX_BYTES:
+            os.lseek(fd, info.st_size - KERNEL_LOG_MAX_BYTES, os.SEEK_SET)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            raw = handle.read(KERNEL_LOG_MAX_BYTES)
+    except OSError as error:
+        return None, f"cannot read {path}: {error.strerror}"
+    finally:
+        os.close(fd)
+    return raw.decode("utf-8", errors="replace"), None
 
 
 def _run(command: list[str]) -> tuple[str | None, str]:

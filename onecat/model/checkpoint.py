@@ -11,12 +11,11 @@ one loads packed integers as the wrong thing (garbage output or a load failure).
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from typing import Any
 
-from .safetensors import CheckpointError, Tensor, read_checkpoint
+from .safetensors import CheckpointError, Tensor, read_checkpoint, read_json
 
 QUANT_FORMATS = (
     "nvfp4-compressed-tensors", "nvfp4-modelopt", "awq", "gptq", "fp8", "fp16", "bf16", "unknown",
@@ -54,21 +53,31 @@ SEED_NVFP4_PROBLEM = (
 
 def load_json(path: str, required: bool) -> dict[str, Any] | None:
     """A JSON object from disk; None when optional and absent; CheckpointError otherwise."""
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         if required:
             raise CheckpointError(
                 f"{os.path.dirname(path) or '.'}: no {os.path.basename(path)} "
                 "(is this a Hugging Face model directory?)"
             )
         return None
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: unreadable JSON: {error}") from error
+    data = read_json(path)
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: not a JSON object")
     return data
+
+
+# No real model dimension (layers, heads, hidden size) comes near this; larger values are
+# corrupt configs, and would overflow the planner's float arithmetic.
+MAX_DIMENSION = 2**31 - 1
+
+
+def _dimension(value: Any) -> bool:
+    return type(value) is int and 0 < value <= MAX_DIMENSION
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A nested config object, or {} when it is absent or not an object (then: unknown)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _first(cfg: dict[str, Any], *keys: str) -> Any:
@@ -87,17 +96,23 @@ def model_dims(config: dict[str, Any], path: str) -> dict[str, Any]:
     missing = [
         key for key, value in
         (("num_hidden_layers", layers), ("num_attention_heads", heads), ("hidden_size", hidden))
-        if not isinstance(value, int) or value <= 0
+        if value is None
     ]
     if missing:
         raise CheckpointError(f"{path}: lacks {', '.join(missing)}: cannot size the KV cache")
+    for key, value in (("num_hidden_layers", layers), ("num_attention_heads", heads),
+                       ("hidden_size", hidden)):
+        if not _dimension(value):
+            raise CheckpointError(f"{path}: {key} {value!r} is not a positive integer (at most "
+                                  f"{MAX_DIMENSION}): fix config.json")
     kv_heads = _first(cfg, "num_key_value_heads", "num_kv_heads", "n_head_kv")
     if kv_heads is None:
         kv_heads = 1 if cfg.get("multi_query") else heads
-    if not isinstance(kv_heads, int) or kv_heads <= 0:
-        raise CheckpointError(f"{path}: num_key_value_heads {kv_heads!r} is not a positive integer")
+    if not _dimension(kv_heads):
+        raise CheckpointError(f"{path}: num_key_value_heads {kv_heads!r} is not a positive "
+                              f"integer (at most {MAX_DIMENSION}): fix config.json")
     # head_dim: the config's own value when it sets one (Qwen3, Gemma: not hidden/heads).
-    explicit = isinstance(cfg.get("head_dim"), int) and cfg["head_dim"] > 0
+    explicit = _dimension(cfg.get("head_dim"))
     head_dim = cfg["head_dim"] if explicit else hidden // heads
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list) and len(layer_types) == layers:
@@ -139,7 +154,7 @@ def metadata_format(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> 
             result["kv_cache_quantized"] = qcfg.get("kv_cache_scheme") is not None
         elif method in ("modelopt", "modelopt_fp4"):
             algo = str(_first(qcfg, "quant_algo") or
-                       (qcfg.get("quantization") or {}).get("quant_algo") or "").upper()
+                       _object(qcfg.get("quantization")).get("quant_algo") or "").upper()
             if method == "modelopt_fp4" or algo == "NVFP4":
                 result["format"] = "nvfp4-modelopt"
             elif algo.startswith("FP8"):
@@ -180,9 +195,8 @@ def metadata_format(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> 
 def _compressed_tensors_format(qcfg: dict[str, Any]) -> str:
     if qcfg.get("format") == "nvfp4-pack-quantized":
         return "nvfp4-compressed-tensors"
-    groups = qcfg.get("config_groups") or {}
-    for group in groups.values() if isinstance(groups, dict) else []:
-        weights = (group or {}).get("weights") or {}
+    for group in _object(qcfg.get("config_groups")).values():
+        weights = _object(_object(group).get("weights"))
         if weights.get("type") == "float" and weights.get("num_bits") == 4:
             return "nvfp4-compressed-tensors"
         if weights.get("type") == "float" and weights.get("num_bits") == 8:
@@ -302,6 +316,10 @@ def inspect_model(model_dir: str) -> dict[str, Any]:
     hf_quant = load_json(os.path.join(model_dir, "hf_quant_config.json"), required=False)
     generation = load_json(os.path.join(model_dir, "generation_config.json"), required=False)
     dims = model_dims(config, config_path)
+    qcfg = config.get("quantization_config")
+    if qcfg is not None and not isinstance(qcfg, dict):
+        raise CheckpointError(f"{config_path}: quantization_config is {qcfg!r}, not an object: "
+                              "restore the checkpoint's original config.json")
     tensors = read_checkpoint(model_dir)
     meta = metadata_format(config, hf_quant)
     found, example, counts = tensor_format(tensors)
@@ -316,6 +334,9 @@ def inspect_model(model_dir: str) -> dict[str, Any]:
             "(--dtype half); values beyond float16's range (65504) would overflow"
         )
     architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise CheckpointError(f"{config_path}: architectures is {architectures!r}, not a list of "
+                              "class names such as [\"Qwen2ForCausalLM\"]: fix config.json")
     return {
         "model_dir": model_dir,
         "model_type": config.get("model_type"),

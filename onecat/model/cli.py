@@ -20,6 +20,7 @@ from onecat.model.plan import (
     PlanInputError,
     plan_model,
 )
+from onecat.model.safetensors import CheckpointError, read_json
 
 
 def register(subparsers: Any) -> None:
@@ -68,12 +69,9 @@ def _load_health(path: str | None) -> Any:
     if path is None:
         return None
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except OSError as error:
-        raise PlanInputError(f"--health {path}: cannot read: {error.strerror or error}") from error
-    except ValueError as error:
-        raise PlanInputError(f"--health {path}: not JSON: {error}") from error
+        return read_json(path)
+    except CheckpointError as error:
+        raise PlanInputError(f"--health {error}") from error
 
 
 def run(args: argparse.Namespace) -> int:

@@ -161,7 +161,8 @@ def health_topology(health: Any) -> dict[str, Any]:
     if not isinstance(pairs, list) or not all(isinstance(pair, dict) for pair in pairs):
         raise PlanInputError("health: expected {\"gpu_health\": {\"pairs\": [{\"gpus\": [0, 1], "
                              "\"topology\": \"PHB\", ...}]}} or the bare gpu_health object")
-    recommendations = facts.get("recommendations") or {}
+    recommendations = facts.get("recommendations")
+    recommendations = recommendations if isinstance(recommendations, dict) else {}
     topologies = [str(pair.get("topology") or "").upper() for pair in pairs]
     pcie_only = any(topo and not topo.startswith("NV") for topo in topologies)
     cross_socket = "SYS" in topologies
@@ -175,27 +176,69 @@ def health_topology(health: Any) -> dict[str, Any]:
     }
 
 
+# Upper bounds of the numeric options: no GPU comes near them, and beyond them the byte
+# arithmetic leaves float range (a plan of inf or NaN bytes is a lie, not a plan).
+MAX_GPU_MEMORY_GIB = 4096.0
+MAX_MODEL_LEN = 1 << 24
+
+
+def _shown(value: Any) -> str:
+    """A user's value in a one-line message: as typed when printable, else quoted."""
+    return value if isinstance(value, str) and value.isprintable() and value else repr(value)
+
+
+def _number(value: Any, flag: str, integer: bool) -> float:
+    """`value` as a finite number (an integer when `integer`); PlanInputError otherwise."""
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, bool):
+        raise PlanInputError(f"{flag} {value!r}: not {kind}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise PlanInputError(f"{flag} {value!r}: not {kind}") from None
+    if not math.isfinite(number) or (integer and not number.is_integer()):
+        raise PlanInputError(f"{flag} {value!r}: not {kind}" if math.isfinite(number) else
+                             f"{flag} {value!r}: must be a finite number")
+    return number
+
+
 def _validate(opts: dict[str, Any]) -> None:
-    if int(opts["gpus"]) < 1:
+    """Every option checked and normalised in place (ints as int, floats as float)."""
+    for name, flag, integer in (("gpus", "--gpus", True),
+                                ("tensor_parallel_size", "--tensor-parallel-size", True),
+                                ("max_model_len", "--max-model-len", True),
+                                ("gpu_memory_gib", "--gpu-memory-gib", False),
+                                ("gpu_memory_utilization", "--gpu-memory-utilization", False),
+                                ("overhead_gib", "--overhead-gib", False)):
+        number = _number(opts[name], flag, integer)
+        opts[name] = int(number) if integer else number
+    if opts["gpus"] < 1:
         raise PlanInputError(f"--gpus {opts['gpus']}: needs at least 1 GPU")
-    tp = int(opts["tensor_parallel_size"])
-    if tp < 1 or tp > int(opts["gpus"]):
+    tp = opts["tensor_parallel_size"]
+    if tp < 1 or tp > opts["gpus"]:
         raise PlanInputError(f"--tensor-parallel-size {tp}: must be between 1 and --gpus "
                              f"{opts['gpus']}")
-    if float(opts["gpu_memory_gib"]) <= 0:
-        raise PlanInputError(f"--gpu-memory-gib {opts['gpu_memory_gib']}: must be positive")
-    if not 0 < float(opts["gpu_memory_utilization"]) <= 1:
-        raise PlanInputError(f"--gpu-memory-utilization {opts['gpu_memory_utilization']}: must "
-                             "be in (0, 1], e.g. 0.9")
-    if int(opts["max_model_len"]) < 1:
-        raise PlanInputError(f"--max-model-len {opts['max_model_len']}: must be positive")
-    if float(opts["overhead_gib"]) < 0:
-        raise PlanInputError(f"--overhead-gib {opts['overhead_gib']}: must not be negative")
-    if opts["kv_cache_dtype"] not in KV_CACHE_DTYPE_BYTES:
-        raise PlanInputError(f"--kv-cache-dtype {opts['kv_cache_dtype']}: use one of "
+    if not 0 < opts["gpu_memory_gib"] <= MAX_GPU_MEMORY_GIB:
+        raise PlanInputError(f"--gpu-memory-gib {opts['gpu_memory_gib']:g}: must be positive "
+                             f"and at most {MAX_GPU_MEMORY_GIB:g}, e.g. 16 for a V100-16GB")
+    if not 0 < opts["gpu_memory_utilization"] <= 1:
+        raise PlanInputError(f"--gpu-memory-utilization {opts['gpu_memory_utilization']:g}: "
+                             "must be in (0, 1], e.g. 0.9")
+    if not 1 <= opts["max_model_len"] <= MAX_MODEL_LEN:
+        raise PlanInputError(f"--max-model-len {opts['max_model_len']}: must be between 1 and "
+                             f"{MAX_MODEL_LEN}")
+    if opts["overhead_gib"] < 0:
+        raise PlanInputError(f"--overhead-gib {opts['overhead_gib']:g}: must not be negative")
+    if opts["overhead_gib"] > MAX_GPU_MEMORY_GIB:
+        raise PlanInputError(f"--overhead-gib {opts['overhead_gib']:g}: must be at most "
+                             f"{MAX_GPU_MEMORY_GIB:g}")
+    if not isinstance(opts["kv_cache_dtype"], str) or \
+            opts["kv_cache_dtype"] not in KV_CACHE_DTYPE_BYTES:
+        raise PlanInputError(f"--kv-cache-dtype {_shown(opts['kv_cache_dtype'])}: use one of "
                              f"{', '.join(KV_CACHE_DTYPE_BYTES)}")
-    if opts["engine"] not in ENGINES:
-        raise PlanInputError(f"--engine {opts['engine']}: use one of {', '.join(ENGINES)}")
+    if not isinstance(opts["engine"], str) or opts["engine"] not in ENGINES:
+        raise PlanInputError(f"--engine {_shown(opts['engine'])}: use one of "
+                             f"{', '.join(ENGINES)}")
     try:
         if opts["engine_version"]:
             parse_version(opts["engine_version"])

@@ -13,8 +13,9 @@ from __future__ import annotations
 import glob
 import json
 import os
+import stat
 import struct
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -29,6 +30,8 @@ DTYPE_BITS: dict[str, int] = {
 
 # A real header is at most a few MiB (tens of thousands of tensors); anything larger is garbage.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+# config.json, hf_quant_config.json, the index, --health: kilobytes to a few MiB when real.
+MAX_JSON_BYTES = 64 * 1024 * 1024
 
 
 class CheckpointError(ValueError):
@@ -42,6 +45,56 @@ class Tensor(NamedTuple):
     file: str
 
 
+def open_regular(path: str) -> IO[bytes]:
+    """Open a regular file for reading; CheckpointError for anything else.
+
+    Opened non-blocking first, so a FIFO (which would block open() until a writer comes)
+    or a device such as /dev/zero (which never ends) is refused instead of hanging.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot read: {error.strerror or error}") from error
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "not a regular file")
+            raise CheckpointError(f"{path}: is {kind}, not a file: put the real file there")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def parse_json(raw: bytes, path: str, header: bool = False) -> Any:
+    """JSON from bytes; CheckpointError (never RecursionError) for anything unparseable."""
+    what, fix = ("corrupt safetensors header", ": download it again") if header \
+        else ("unreadable JSON", "")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise CheckpointError(f"{path}: {what} (nested too deeply to be real){fix}") from None
+    except (UnicodeDecodeError, ValueError) as error:
+        reason = " ".join(str(error).split())
+        raise CheckpointError(f"{path}: {what} (not JSON: {reason}){fix}") from error
+
+
+def read_json(path: str) -> Any:
+    """A whole JSON file (at most MAX_JSON_BYTES), read with open_regular and parse_json."""
+    with open_regular(path) as handle:
+        try:
+            raw = handle.read(MAX_JSON_BYTES + 1)
+        except OSError as error:
+            raise CheckpointError(f"{path}: cannot read: {error.strerror or error}") from error
+    if len(raw) > MAX_JSON_BYTES:
+        raise CheckpointError(f"{path}: larger than {MAX_JSON_BYTES // 2**20} MiB: not a real "
+                              "configuration file")
+    return parse_json(raw, path)
+
+
 def numel(shape: tuple[int, ...]) -> int:
     count = 1
     for dim in shape:
@@ -53,8 +106,8 @@ def read_header(path: str) -> dict[str, Tensor]:
     """Parse and validate one file's header; raise CheckpointError naming the file and fault."""
     name = os.path.basename(path)
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
             prefix = handle.read(8)
             if len(prefix) < 8:
                 raise CheckpointError(
@@ -70,12 +123,7 @@ def read_header(path: str) -> dict[str, Tensor]:
             raw = handle.read(header_len)
     except OSError as error:
         raise CheckpointError(f"{path}: cannot read: {error.strerror or error}") from error
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
-        raise CheckpointError(
-            f"{path}: corrupt safetensors header (not JSON: {error}): download it again"
-        ) from error
+    header = parse_json(raw, path, header=True)
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header (not a JSON object)")
     data_size = size - 8 - header_len
@@ -87,21 +135,37 @@ def read_header(path: str) -> dict[str, Tensor]:
     return tensors
 
 
+def _natural(value: Any) -> bool:
+    """A JSON integer >= 0 (not a bool, not a float such as 1e400 or 2.5)."""
+    return type(value) is int and value >= 0
+
+
 def _tensor(path: str, tensor_name: str, entry: Any, data_size: int, file: str) -> Tensor:
     try:
         dtype = str(entry["dtype"])
-        shape = tuple(int(dim) for dim in entry["shape"])
-        begin, end = (int(offset) for offset in entry["data_offsets"])
-    except (KeyError, TypeError, ValueError) as error:
+        shape, offsets = entry["shape"], entry["data_offsets"]
+    except (KeyError, TypeError) as error:
         raise CheckpointError(
             f"{path}: corrupt safetensors header: tensor {tensor_name!r} lacks dtype/shape/"
             "data_offsets"
         ) from error
+    if not isinstance(shape, list) or not all(_natural(dim) for dim in shape):
+        raise CheckpointError(
+            f"{path}: corrupt safetensors header: tensor {tensor_name!r} has shape {shape!r} "
+            "(dimensions must be integers >= 0): download it again"
+        )
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(map(_natural, offsets)) \
+            or offsets[0] > offsets[1]:
+        raise CheckpointError(
+            f"{path}: corrupt safetensors header: tensor {tensor_name!r} has data_offsets "
+            f"{offsets!r} (needs [begin, end], integers, begin <= end): download it again"
+        )
+    shape, (begin, end) = tuple(shape), offsets
     bits = DTYPE_BITS.get(dtype)
     if bits is None:
         raise CheckpointError(f"{path}: tensor {tensor_name!r} has unknown dtype {dtype!r}")
     nbytes = (numel(shape) * bits + 7) // 8
-    if end - begin != nbytes or begin < 0:
+    if end - begin != nbytes:
         raise CheckpointError(
             f"{path}: corrupt safetensors header: tensor {tensor_name!r} {dtype}{list(shape)} "
             f"needs {nbytes} bytes but its data_offsets span {end - begin}"
@@ -117,18 +181,23 @@ def _tensor(path: str, tensor_name: str, entry: Any, data_size: int, file: str) 
 def read_index(model_dir: str) -> dict[str, str] | None:
     """The index's weight_map (tensor name -> shard file), or None without an index."""
     index_path = os.path.join(model_dir, INDEX_NAME)
-    if not os.path.exists(index_path):
+    if not os.path.lexists(index_path):
         return None
-    try:
-        with open(index_path, encoding="utf-8") as handle:
-            weight_map = json.load(handle)["weight_map"]
-        if not isinstance(weight_map, dict):
-            raise TypeError("weight_map is not an object")
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    index = read_json(index_path)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(
-            f"{index_path}: unreadable index (needs a JSON object with weight_map): {error}"
-        ) from error
-    return {str(name): str(shard) for name, shard in weight_map.items()}
+            f"{index_path}: unreadable index (needs a JSON object whose weight_map maps tensor "
+            "names to shard files): download it again"
+        )
+    for tensor_name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or os.path.isabs(shard) \
+                or ".." in shard.replace("\\", "/").split("/"):
+            raise CheckpointError(
+                f"{index_path}: tensor {tensor_name!r} is mapped to {shard!r}, not a shard file "
+                "inside the model directory: download the index again"
+            )
+    return dict(weight_map)
 
 
 def weight_files(model_dir: str, weight_map: dict[str, str] | None) -> list[str]:
@@ -137,7 +206,7 @@ def weight_files(model_dir: str, weight_map: dict[str, str] | None) -> list[str]
         shard_names = sorted(set(weight_map.values()))
         paths = [os.path.join(model_dir, shard) for shard in shard_names]
         missing = [shard for shard in shard_names
-                   if not os.path.isfile(os.path.join(model_dir, shard))]
+                   if not os.path.lexists(os.path.join(model_dir, shard))]
         if missing:
             raise CheckpointError(
                 f"{model_dir}: shard {missing[0]} is named in {INDEX_NAME} but missing "
@@ -164,6 +233,11 @@ def read_checkpoint(model_dir: str) -> dict[str, Tensor]:
                     f"{tensors[tensor_name].file} and {tensor.file}"
                 )
             tensors[tensor_name] = tensor
+    if not any(tensor.nbytes for tensor in tensors.values()):
+        raise CheckpointError(
+            f"{model_dir}: the safetensors files hold no weights ({len(tensors)} tensor(s), "
+            "0 bytes): the download is incomplete or this is not a model; fetch it again"
+        )
     for tensor_name, shard in (weight_map or {}).items():
         found = tensors.get(tensor_name)
         if found is None or found.file != shard:

@@ -6,6 +6,7 @@ Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.pref
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 from collections.abc import Iterable, Mapping, Sequence
@@ -76,6 +77,21 @@ def gather(
     }
 
 
+def check_disk_requirements(requirements: Sequence[Mapping[str, Any]]) -> None:
+    """ValueError naming the first requirement whose min_free_gib is not a finite GiB >= 0
+    (NaN compares false with everything, so it would pass every disk check)."""
+    for index, requirement in enumerate(requirements):
+        value = requirement.get("min_free_gib") if isinstance(requirement, Mapping) else None
+        try:
+            number = float(value) if not isinstance(value, bool) else math.nan
+        except (TypeError, ValueError, OverflowError):
+            number = math.nan
+        if not (math.isfinite(number) and number >= 0):
+            path = requirement.get("path") if isinstance(requirement, Mapping) else None
+            raise ValueError(f"disk_requirements[{index}] ({path}): min_free_gib {value!r} is "
+                             "not a number of GiB >= 0: give e.g. min_free_gib: 40")
+
+
 def judge(
     facts: Mapping[str, Any],
     os_name: str,
@@ -85,6 +101,7 @@ def judge(
     supported_os: Mapping[str, Sequence[str]] = SUPPORTED_OS,
 ) -> dict[str, Any]:
     """Judge gathered facts. Errors stop the host; warnings are things later roles fix."""
+    check_disk_requirements(disk_requirements)
     errors: list[str] = []
     warnings: list[str] = []
 

@@ -88,5 +88,5 @@ def find_outliers(nodes: list[NodeResult], medians: dict[int, dict],
 
 def failures(nodes: list[NodeResult]) -> list[dict]:
     return [{"host": n.host, "concurrency": c, "failed": r.get("failed", 0),
-             "errors": r.get("errors", {})}
+             "errors": r.get("errors") or {}}
             for n in nodes for c, r in sorted(n.levels.items()) if r.get("failed")]

@@ -186,3 +186,15 @@ def test_runs_stdlib_only_as_python_m_onecat_bench(tmp_path):
             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert json.loads((tmp_path / "out" / "bench-c2.json").read_text())["completed"] == 2
+
+
+def test_credentials_in_the_url_never_reach_the_result_files(tmp_path):
+    with standin(tmp_path) as server:
+        url = server.url.replace("http://", "http://bench-user:bench-pw-secret@") + "?key=k1"
+        _run(url, tmp_path / "out")
+    for path in (tmp_path / "out").iterdir():
+        text = path.read_text()
+        assert "bench-pw-secret" not in text and "bench-user" not in text, path.name
+        assert "key=k1" not in text, path.name
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["run"]["url"].startswith("http://***@127.0.0.1:")
