@@ -1,7 +1,7 @@
 """Which nodes the gateway sends traffic to, and how much at once.
 
 Input is each node's serving state as the serve stage recorded it (the node's state file
-/var/lib/onecat/gateway/node.json, or this run's facts), never the inventory alone:
+/var/lib/onecat-gateway/node.json, or this run's facts), never the inventory alone:
 
     {"serving": true, "in_rotation": true, "reason": "", "address": "10.0.0.11",
      "port": 8000, "max_num_seqs": 64, "image_id": "sha256:..."}
