@@ -169,6 +169,29 @@ def test_failed_gate_keeps_the_node_in_maint_with_its_reason(tmp_path: Path, eng
             agent.close()
 
 
+def test_the_agent_answer_needs_its_newline(tmp_path: Path, engines) -> None:
+    """Why roles/gateway/tasks/node.yml ends the answer with a newline: HAProxy drops it else."""
+    agents = [Agent(tmp_path / f"agent-{e.name}") for e in engines]
+    reason = ("fleet-a: the server at http://127.0.0.1:8000 failed its smoke test: the smoke "
+              "completion is one token repeated ('!' x 16: '!!!!'), the garbage/NaN symptom")
+    try:
+        variables = gateway_vars(tmp_path, engines, agents)
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: all_up(runtime, 3))
+            agents[0].state_file.write_text(f"maint down #{reason}")
+            status = wait_until(lambda: (s := runtime.status("onecat_nodes", "node-a"))
+                                and "incomplete line" in s.agent and s, timeout=5)
+            assert status, runtime.status("onecat_nodes", "node-a")
+            agents[0].state_file.write_text(f"maint down #{reason}\n")
+            status = wait_until(lambda: (s := runtime.status("onecat_nodes", "node-a"))
+                                and "smoke test" in s.agent and s, timeout=5)
+            assert status and status.admin == "maint", runtime.status("onecat_nodes", "node-a")
+    finally:
+        for agent in agents:
+            agent.close()
+
+
 def test_client_keys_rate_limit_and_the_engine_key(tmp_path: Path) -> None:
     engine_key = "engine-secret-0123456789"
     alice, batch = "sk-alice-0123456789abcdef", "sk-batch-0123456789abcdef"
