@@ -181,11 +181,11 @@ def test_the_agent_answer_needs_its_newline(tmp_path: Path, engines) -> None:
             assert wait_until(lambda: all_up(runtime, 3))
             agents[0].state_file.write_text(f"maint down #{reason}")
             status = wait_until(lambda: (s := runtime.status("onecat_nodes", "node-a"))
-                                and "incomplete line" in s.agent and s, timeout=5)
+                                and "incomplete line" in s.agent and s, timeout=15)
             assert status, runtime.status("onecat_nodes", "node-a")
             agents[0].state_file.write_text(f"maint down #{reason}\n")
             status = wait_until(lambda: (s := runtime.status("onecat_nodes", "node-a"))
-                                and "smoke test" in s.agent and s, timeout=5)
+                                and "smoke test" in s.agent and s, timeout=15)
             assert status and status.admin == "maint", runtime.status("onecat_nodes", "node-a")
     finally:
         for agent in agents:
