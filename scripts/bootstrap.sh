@@ -14,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 2
 fi
 
-packages=(docker.io debootstrap python3-venv gcc libc6-dev tar gzip ca-certificates git
+packages=(docker.io debootstrap python3-venv gcc libc6-dev tar gzip ca-certificates git rsync
   dpkg-dev gnupg haproxy)
 missing=()
 for pkg in "${packages[@]}"; do

@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+from onecat.bench.metrics import parse_goodput
 from onecat.bench.observe import nvml_memory_reader
 from onecat.bench.session import LIMITS, BenchError, BenchOptions, load_problem, run_bench
 
@@ -83,6 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per-request timeout in seconds (default: 600)")
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
                         help="OpenAI endpoint to load (default: completions)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature to send (default: none, the server's "
+                             "default, as vllm bench serve; 0 = greedy, which 1Cat serves "
+                             "through a top-1 shortcut: its TPOT is not comparable)")
+    parser.add_argument("--goodput", nargs="+", metavar="KEY:MS", default=None,
+                        help="service level objectives for request_goodput, as vllm bench "
+                             "serve: ttft:MS tpot:MS e2el:MS (a request is good when it meets "
+                             "every one)")
     parser.add_argument("--out", type=Path, help="directory for the result files (required)")
     parser.add_argument("--save-detailed", action="store_true",
                         help="also write every request (id, TTFT, TPOT, E2E, tokens, error) "
@@ -103,6 +112,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_fleet(args: argparse.Namespace) -> int:
     """Fleet mode: the benchmark playbook runs this client on every node against its own server."""
     import json
+
+    if args.temperature is not None or args.goodput:
+        print("onecat bench: --temperature and --goodput work with --url only (one server); "
+              "fleet mode measures with the server's default sampling", file=sys.stderr)
+        return 2
 
     from onecat.fleet.deploy import run_fleet_command
 
@@ -185,6 +199,11 @@ def main(args: argparse.Namespace) -> int:
                   f"gateway's stats ({exc})", file=sys.stderr)
             return 2
     try:
+        goodput = parse_goodput(args.goodput) if args.goodput else None
+    except ValueError as exc:
+        print(f"onecat bench: {exc}", file=sys.stderr)
+        return 2
+    try:
         options = BenchOptions(
             url=args.url, out=args.out, model=args.model,
             api_key=_read_key(args.api_key_file) if args.api_key_file else None,
@@ -192,6 +211,7 @@ def main(args: argparse.Namespace) -> int:
             output_len=args.output_len, requests_per_level=args.requests_per_level,
             warmup=args.warmup, seed=args.seed, timeout=args.timeout,
             chat=args.endpoint == "chat", quiet=args.quiet, detailed=args.save_detailed,
+            temperature=args.temperature, goodput=goodput,
         )
         levels = asyncio.run(run_bench(options, nvml_memory_reader()))
     except BenchError as exc:

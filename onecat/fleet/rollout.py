@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-STAGES = ("preflight", "driver", "runtime", "health", "serve", "benchmark")
+STAGES = ("preflight", "driver", "runtime", "model", "health", "serve", "benchmark")
 
 
 def _object(value: Any) -> Mapping[str, Any]:
