@@ -56,9 +56,18 @@ options:
     type: int
     default: 63
   warn_retired_pages:
-    description: Retired pages at or above this is a warning (DCGM soft limit).
+    description:
+      - Double-bit retired pages above this (DCGM's soft limit,
+        C(DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT)) are a warning, and an error when more than
+        O(max_double_bit_retirements_per_week) were retired in the past week.
     type: int
     default: 15
+  max_double_bit_retirements_per_week:
+    description:
+      - Above the soft limit, more double-bit page retirements than this in the past week is an
+        error (DCGM's rate rule, modules/health/DcgmHealthWatch.cpp).
+    type: int
+    default: 1
   min_pcie_gen:
     description: A link that cannot train at this PCIe generation is an error.
     type: int
@@ -216,6 +225,7 @@ ARGUMENT_SPEC = {
     "max_volatile_corrected_ecc": {"type": "int", "default": 50000000},
     "max_retired_pages": {"type": "int", "default": 63},
     "warn_retired_pages": {"type": "int", "default": 15},
+    "max_double_bit_retirements_per_week": {"type": "int", "default": 1},
     "min_pcie_gen": {"type": "int", "default": 3},
     "min_pcie_width": {"type": "int", "default": 16},
     "allow_display_active": {"type": "bool", "default": False},

@@ -28,7 +28,9 @@ options:
     type: int
     default: 2
   gpu_memory_gib:
-    description: Memory of one GPU in GiB.
+    description:
+      - Nominal memory of one GPU in GiB, used only when O(health) gives no NVML
+        C(memory_total_mib) (a "16 GB" V100 reports 16160 MiB = 15.78 GiB).
     type: float
     default: 16.0
   gpu_memory_utilization:
@@ -61,14 +63,37 @@ options:
     description: GPU compute capability, as C(7.0).
     type: str
     default: "7.0"
-  overhead_gib:
-    description: Per-GPU memory for the CUDA context, NCCL, CUDA graphs and activations.
+  max_num_batched_tokens:
+    description:
+      - Tokens per scheduler step (C(--max-num-batched-tokens)); sizes the activation peak
+        vLLM profiles. 2048 is vLLM's default on cards under 70 GiB.
+    type: int
+    default: 2048
+  max_num_seqs:
+    description:
+      - Sequences per step (C(--max-num-seqs)); sizes the profiled sampler pass. Unset means
+        the plan chooses (4 x the full-length capacity, at most 64).
+    type: int
+  cuda_context_gib:
+    description: Per-GPU CUDA context and NCCL memory, which must fit outside vLLM's share.
     type: float
-    default: 1.5
+    default: 0.6
+  non_torch_gib:
+    description: Per-GPU non-torch memory that appears while vLLM profiles (inside its share).
+    type: float
+    default: 0.15
+  cuda_graph_gib:
+    description:
+      - Per-GPU CUDA graph memory; outside vLLM's share with 1Cat's FLASH_ATTN_V100 (graphs are
+        captured after the KV cache is sized), inside it otherwise.
+    type: float
+    default: 0.3
   health:
     description:
-      - The C(gpu_health) facts (or a dict wrapping them under C(gpu_health)). A PCIe-only
-        GPU pair adds C(--disable-custom-all-reduce) under tensor parallel.
+      - The C(gpu_health) facts (or a dict wrapping them under C(gpu_health)). Their NVML
+        C(memory_total_mib) is the card size the plan uses; a cross-socket pair adds
+        C(NCCL_P2P_DISABLE=1). Tensor parallel on sm_70 always adds
+        C(--disable-custom-all-reduce).
     type: dict
   fail_on_misfit:
     description: Fail when the model does not fit or the plan has problems.
@@ -107,12 +132,14 @@ plan:
     problems: []
     warnings: ["bfloat16 checkpoint parts: V100 has no BF16, so they are served as float16"]
     engine: {name: 1cat-vllm, version: 1.5.0, compatible: true, reason: "..."}
-    weight_bytes: 10546323456
-    weight_bytes_per_gpu: 5273161728
+    weight_bytes: 11373490816
+    weight_bytes_per_gpu: 5687243392
+    checkpoint_bytes: 10547737216
+    checkpoint_bytes_per_gpu: 5274366592
     kv_cache_bytes_per_token: 196608
-    kv_cache_bytes_per_gpu: 8579434905
-    max_kv_tokens: 87248
-    max_concurrency_at_max_model_len: 10
+    kv_cache_bytes_per_gpu: 9205052390
+    max_kv_tokens: 93632
+    max_concurrency_at_max_model_len: 11
     fits: true
     ok: true
     suggestions: []
@@ -121,8 +148,9 @@ plan:
       --tensor-parallel-size: 2
       --max-model-len: 8192
       --gpu-memory-utilization: 0.9
-      --max-num-seqs: 40
+      --max-num-seqs: 44
       --attention-backend: FLASH_ATTN_V100
+      --disable-custom-all-reduce: true
     serve_env: {}
 msg:
   description: One line saying whether and how the model fits.
@@ -137,7 +165,8 @@ from ansible.module_utils.onecat.model.plan import INVALID_INPUT, misfit_message
 
 PLANNER_OPTIONS = ("gpus", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len",
                    "tensor_parallel_size", "kv_cache_dtype", "engine", "engine_version",
-                   "compute_capability", "overhead_gib")
+                   "compute_capability", "max_num_batched_tokens", "max_num_seqs",
+                   "cuda_context_gib", "non_torch_gib", "cuda_graph_gib")
 
 
 def main() -> None:
@@ -153,7 +182,11 @@ def main() -> None:
             "engine": {"type": "str", "default": "1cat-vllm", "choices": ["1cat-vllm", "vllm"]},
             "engine_version": {"type": "str"},
             "compute_capability": {"type": "str", "default": "7.0"},
-            "overhead_gib": {"type": "float", "default": 1.5},
+            "max_num_batched_tokens": {"type": "int", "default": 2048},
+            "max_num_seqs": {"type": "int"},
+            "cuda_context_gib": {"type": "float", "default": 0.6},
+            "non_torch_gib": {"type": "float", "default": 0.15},
+            "cuda_graph_gib": {"type": "float", "default": 0.3},
             "health": {"type": "dict"},
             "fail_on_misfit": {"type": "bool", "default": True},
         },

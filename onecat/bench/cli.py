@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+from onecat.bench.metrics import parse_goodput
 from onecat.bench.observe import nvml_memory_reader
 from onecat.bench.session import LIMITS, BenchError, BenchOptions, load_problem, run_bench
 
@@ -83,11 +84,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per-request timeout in seconds (default: 600)")
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
                         help="OpenAI endpoint to load (default: completions)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature to send (default: none, the server's "
+                             "default, as vllm bench serve; 0 = greedy, which 1Cat serves "
+                             "through a top-1 shortcut: its TPOT is not comparable)")
+    parser.add_argument("--goodput", nargs="+", metavar="KEY:MS", default=None,
+                        help="service level objectives for request_goodput, as vllm bench "
+                             "serve: ttft:MS tpot:MS e2el:MS (a request is good when it meets "
+                             "every one)")
     parser.add_argument("--out", type=Path, help="directory for the result files (required)")
     parser.add_argument("--save-detailed", action="store_true",
                         help="also write every request (id, TTFT, TPOT, E2E, tokens, error) "
                              "into bench-c<N>.json")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--gateway-stats", metavar="URL",
+                        help="with --url at an onecat gateway: its stats page (e.g. "
+                             "http://127.0.0.1:8404/stats), read before and after the run; "
+                             "each node's share of the requests goes into gateway-share.json")
     # Fleet mode (-i) also takes ansible-playbook's --limit/--check/-e/--tags. Imported here so
     # that `python -m onecat.bench` on a node needs nothing beyond this package.
     from onecat.fleet.deploy import add_run_options
@@ -99,6 +112,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_fleet(args: argparse.Namespace) -> int:
     """Fleet mode: the benchmark playbook runs this client on every node against its own server."""
     import json
+
+    if args.temperature is not None or args.goodput:
+        print("onecat bench: --temperature and --goodput work with --url only (one server); "
+              "fleet mode measures with the server's default sampling", file=sys.stderr)
+        return 2
 
     from onecat.fleet.deploy import run_fleet_command
 
@@ -133,6 +151,24 @@ def _read_key(path: Path) -> str:
     return key
 
 
+def _write_share(args: argparse.Namespace, before: str) -> None:
+    import json
+
+    from onecat.gateway.runtime import RuntimeApiError
+    from onecat.gateway.share import fetch_stats, share
+
+    try:
+        document = share(before, fetch_stats(args.gateway_stats))
+    except (OSError, ValueError, RuntimeApiError) as exc:
+        print(f"onecat bench: --gateway-stats: no per-node share ({exc})", file=sys.stderr)
+        return
+    (args.out / "gateway-share.json").write_text(json.dumps(document, indent=2) + "\n")
+    parts = ", ".join(f"{name} {row['requests']} ({row['share']:.0%})"
+                      for name, row in document["servers"].items())
+    if not args.quiet:
+        print(f"onecat bench: requests per node through the gateway: {parts}", file=sys.stderr)
+
+
 # The single-server defaults (the seed's section 4.1 shape).
 SINGLE_SERVER_DEFAULTS = {"concurrency": [1, 8, 16, 32], "input_len": 500, "output_len": 256,
                           "warmup": 2, "seed": 0, "timeout": 600.0}
@@ -152,6 +188,21 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f"onecat bench: {problem}", file=sys.stderr)
         return 2
+    stats_before = None
+    if args.gateway_stats:
+        from onecat.gateway.share import fetch_stats
+
+        try:
+            stats_before = fetch_stats(args.gateway_stats)
+        except (OSError, ValueError) as exc:
+            print(f"onecat bench: --gateway-stats {args.gateway_stats}: cannot read the "
+                  f"gateway's stats ({exc})", file=sys.stderr)
+            return 2
+    try:
+        goodput = parse_goodput(args.goodput) if args.goodput else None
+    except ValueError as exc:
+        print(f"onecat bench: {exc}", file=sys.stderr)
+        return 2
     try:
         options = BenchOptions(
             url=args.url, out=args.out, model=args.model,
@@ -160,6 +211,7 @@ def main(args: argparse.Namespace) -> int:
             output_len=args.output_len, requests_per_level=args.requests_per_level,
             warmup=args.warmup, seed=args.seed, timeout=args.timeout,
             chat=args.endpoint == "chat", quiet=args.quiet, detailed=args.save_detailed,
+            temperature=args.temperature, goodput=goodput,
         )
         levels = asyncio.run(run_bench(options, nvml_memory_reader()))
     except BenchError as exc:
@@ -172,6 +224,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"onecat bench: cannot write results to {args.out}: {exc.strerror}",
               file=sys.stderr)
         return 1
+    if stats_before is not None:
+        _write_share(args, stats_before)
     if not any(level["completed"] for level in levels):
         errors: dict[str, int] = {}
         for level in levels:

@@ -1,8 +1,8 @@
 """A small keep-alive HTTP/1.1 client on asyncio streams for the side requests of a run.
 
-Probing /v1/models, /tokenize and scraping /metrics go through here; the timed
-streaming requests use onecat.bench.sse. Stdlib only, so the client also runs
-from a bare venv on a node.
+Probing /v1/models and /tokenize go through here; the timed streaming requests use
+onecat.bench.sse, and /metrics is scraped from a thread (onecat.bench.observe). Stdlib
+only, so the client also runs from a bare venv on a node.
 """
 
 from __future__ import annotations
@@ -221,8 +221,3 @@ class Connection:
             await response.read()
             return response.status, None
         return response.status, await response.json()
-
-    async def get_text(self, path: str) -> tuple[int, str]:
-        response = await self.request("GET", path)
-        data = await response.read()
-        return response.status, data.decode("utf-8", "replace")

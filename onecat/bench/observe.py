@@ -3,11 +3,17 @@
 vLLM reserves gpu_memory_utilization of each card at start, so NVML's
 memory.used shows the reservation; kv_cache_usage_perc from /metrics shows
 the load. Both are peaks over the level.
+
+Both watchers run in their own threads with blocking I/O: nothing they do (a /metrics
+round trip, parsing a few kB of Prometheus text) runs on the event loop that timestamps
+the stream chunks. benchmarks/bench_client_accuracy.py measures the client with the
+scraper on and off.
 """
 
 from __future__ import annotations
 
-import asyncio
+import http.client
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -99,23 +105,71 @@ def parse_gauges(text: str) -> dict[str, float]:
     return values
 
 
-class MetricsScraper:
-    """Polls /metrics during a level and keeps the maximum of each gauge in GAUGES."""
+# Blocking: the /metrics text, None when the server has none.
+MetricsFetch = Callable[[], "str | None"]
+MAX_METRICS_BYTES = 8 << 20  # vLLM's page is a few hundred kB at most
 
-    def __init__(self, fetch: Callable[[], object], interval: float = 0.5) -> None:
-        self._fetch = fetch  # async () -> str | None
+
+def http_metrics_fetch(host: str, port: int, tls: bool, base_path: str = "",
+                       headers: dict[str, str] | None = None,
+                       timeout: float = 10.0) -> MetricsFetch:
+    """A blocking GET of /metrics over one kept-alive connection (reopened after an error)."""
+    state: dict[str, http.client.HTTPConnection | None] = {"conn": None}
+
+    def fetch() -> str | None:
+        conn = state["conn"]
+        if conn is None:
+            conn = (http.client.HTTPSConnection(host, port, timeout=timeout,
+                                                context=ssl.create_default_context())
+                    if tls else http.client.HTTPConnection(host, port, timeout=timeout))
+            state["conn"] = conn
+        try:
+            conn.request("GET", f"{base_path}/metrics", headers=headers or {})
+            response = conn.getresponse()
+            body = response.read(MAX_METRICS_BYTES + 1)
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            state["conn"] = None
+            raise
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise OSError(f"/metrics answered HTTP {response.status}")
+        if len(body) > MAX_METRICS_BYTES:  # not a vLLM page: a missed sample, not a crash
+            conn.close()
+            state["conn"] = None
+            raise OSError(f"/metrics is larger than {MAX_METRICS_BYTES} bytes")
+        return body.decode("utf-8", "replace")
+
+    def close() -> None:
+        if state["conn"] is not None:
+            state["conn"].close()
+
+    fetch.close = close  # type: ignore[attr-defined]
+    return fetch
+
+
+class MetricsScraper:
+    """Polls /metrics in a thread during a level; keeps the maximum of each gauge in GAUGES."""
+
+    def __init__(self, fetch: MetricsFetch, interval: float = 0.5) -> None:
+        self._fetch = fetch
         self._interval = interval
         self.peaks: dict[str, float | None] = dict.fromkeys(GAUGES)
         self.available = True
+        self.scrapes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    async def _once(self) -> None:
+    def _once(self) -> None:
         try:
-            text = await self._fetch()  # type: ignore[misc]
+            text = self._fetch()
         except Exception:  # one failed scrape is a missing sample, not a failed benchmark
             return
         if text is None:
             self.available = False
             return
+        self.scrapes += 1
         gauges = parse_gauges(text)
         for key, names in GAUGES.items():
             for name in names:
@@ -124,13 +178,21 @@ class MetricsScraper:
                     self.peaks[key] = gauges[name] if old is None else max(old, gauges[name])
                     break
 
-    async def run(self, stop: asyncio.Event) -> None:
+    def _loop(self) -> None:
         while self.available:
-            await self._once()
-            try:
-                await asyncio.wait_for(stop.wait(), self._interval)
+            self._once()
+            if self._stop.wait(self._interval):
                 break
-            except TimeoutError:
-                continue
         if self.available:
-            await self._once()
+            self._once()
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None

@@ -9,7 +9,8 @@ from pathlib import Path
 # Columns of summary.csv (scalars only; errors and per-GPU memory are flattened).
 CSV_COLUMNS = (
     "max_concurrency", "num_requests", "completed", "failed", "duration",
-    "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput",
+    "total_input_tokens", "total_output_tokens", "request_throughput", "request_goodput",
+    "output_throughput",
     "total_token_throughput",
     *(f"{s}_{m}_ms" for m in ("ttft", "tpot", "itl", "e2el")
       for s in ("mean", "median", "std", "p90", "p99")),
@@ -54,13 +55,19 @@ def _csv_value(value: object) -> object:
     return "" if value is None else value
 
 
+def _slos(slos: dict) -> str:
+    return " ".join(f"{name}:{value:g}" for name, value in slos.items())
+
+
 def summary_markdown(run: dict, levels: list[dict]) -> str:
     lines = [
         f"# Benchmark of {run['url']}",
         "",
         f"Model `{run['model']}`, {run['endpoint']}, {run['input_len']} input tokens "
         f"({run['input_len_source']}), {run['output_len']} output tokens, seed {run['seed']}, "
-        f"started {run['started_at']}.",
+        f"started {run['started_at']}. Sampling: {run.get('sampling') or 'not recorded'}."
+        + (f" Goodput SLOs (ms): {_slos(run['goodput_slos_ms'])}."
+           if run.get("goodput_slos_ms") else ""),
         "",
         "| c | ok | failed | output tok/s | total tok/s | TTFT p50 ms | TTFT p99 ms "
         "| TPOT p50 ms | ITL p99 ms | E2E p50 ms | KV cache max | GPU MiB (peak) |",
@@ -76,6 +83,12 @@ def summary_markdown(run: dict, levels: list[dict]) -> str:
             f"| {_num(r['median_tpot_ms'])} | {_num(r['p99_itl_ms'])} "
             f"| {_num(r['median_e2el_ms'])} | {'n/a' if kv is None else f'{kv * 100:.0f} %'} "
             f"| {' / '.join(map(str, memory)) if memory else 'n/a'} |")
+    if run.get("goodput_slos_ms"):
+        lines += ["", "Request goodput (req/s meeting every SLO): " + ", ".join(
+            f"c={r['max_concurrency']} {_num(r.get('request_goodput'), 2)}" for r in levels)]
+    notes = [f"c={r['max_concurrency']}: {w}" for r in levels for w in r.get("warnings") or []]
+    if notes:
+        lines += ["", "Warnings:", *(f"- {note}" for note in notes)]
     failures = {k: v for r in levels for k, v in r["errors"].items()}
     if failures:
         lines += ["", "Failures by reason: " + ", ".join(

@@ -1,9 +1,22 @@
 """Closed-loop load generation: c clients, each sending its next request when the last ends.
 
-This is `vllm bench serve --request-rate inf --max-concurrency c`. Every
-request streams with include_usage and ignore_eos; the chunk timestamps give
-TTFT (first chunk carrying text), ITL (gaps between later chunks) and E2E (last
-chunk carrying text); output tokens come from usage.completion_tokens.
+This is `vllm bench serve --request-rate inf --max-concurrency c`, request for request and
+chunk for chunk (vllm/benchmarks/lib/endpoint_request_func.py; lines from the copy in
+1CatAI/1Cat-vLLM at ae13773a, which upstream 02cfb534 matches except where noted):
+
+- the request: completions send ``repetition_penalty: 1.0`` (176), ``logprobs: null``,
+  ``max_tokens``; chat sends ``max_completion_tokens`` and the prompt as a text content part;
+  both stream with ``include_usage`` and send ``ignore_eos`` (random datasets force it,
+  vllm/benchmarks/serve.py:1785-1793). No temperature: the server samples with its default
+  (serve.py:1842-1848, "no longer sets temperature==0"); --temperature 0 is greedy, which
+  1Cat serves through a top-1 lm_head shortcut (config/vllm.py:1457-1462), so greedy TPOT is
+  not comparable.
+- the chunks: every SSE event whose ``choices`` is non-empty is a chunk, even with empty
+  text (special tokens, UTF-8 held back: "text could be empty here", 223-238). The first one
+  sets TTFT, each later one adds an ITL gap, the last one sets E2E (253). On chat the server's
+  first event is role-only (``delta {role, content: ""}``): it is that first chunk, as in
+  vLLM. Only choices events move the end time (upstream 02cfb534: "the trailing usage chunk
+  carries no token"). Output tokens come from ``usage.completion_tokens`` (240-244).
 """
 
 from __future__ import annotations
@@ -35,19 +48,20 @@ class Target:
     def path(self) -> str:
         return "/v1/chat/completions" if self.chat else "/v1/completions"
 
+    temperature: float | None = None  # None: the server's default, as vllm bench serve
+
     def body(self, prompt: str, max_tokens: int) -> dict:
-        body: dict = {
-            "model": self.model,
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "ignore_eos": True,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body: dict = {"model": self.model}
         if self.chat:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = [{"role": "user",
+                                 "content": [{"type": "text", "text": prompt}]}]
+            body["max_completion_tokens"] = max_tokens
         else:
-            body["prompt"] = prompt
+            body.update(prompt=prompt, repetition_penalty=1.0, max_tokens=max_tokens,
+                        logprobs=None)
+        body.update(stream=True, stream_options={"include_usage": True}, ignore_eos=True)
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
         return body
 
 
@@ -113,6 +127,7 @@ class _Collector:
         self.chat = chat
         self.last = result.start
         self.chunks = 0
+        self.role_only = 0  # chat's role-only first event: a chunk, but no token
         self.usage: dict[str, int] | None = None
         self.done = False
 
@@ -128,22 +143,21 @@ class _Collector:
             raise HttpError("bad_response", "a stream chunk is not a JSON object")
         if event.get("error"):
             raise HttpError("server_error_in_stream", str(event["error"])[:200])
-        if event.get("usage"):
-            self.usage = _usage(event["usage"])
         choices = event.get("choices")
-        if not choices:
+        if not choices:  # vLLM: `if choices := data.get("choices")` ... `elif usage := ...`
+            if event.get("usage"):
+                self.usage = _usage(event["usage"])
             return
         choice = choices[0] if isinstance(choices, list) else None
         if not isinstance(choice, dict):
             raise HttpError("bad_response", "a stream chunk's choices is not a list of objects")
-        delta = choice.get("delta") if self.chat else None
-        text = (delta.get("content") if isinstance(delta, dict) else None) if self.chat \
-            else choice.get("text")
-        if not text:
-            return
+        # Every event with choices is a chunk, whatever its text (empty for special tokens).
         result = self.result
         if result.ttft is None:
             result.ttft = now - result.start
+            delta = choice.get("delta") if self.chat else None
+            if isinstance(delta, dict) and delta.get("role") and not delta.get("content"):
+                self.role_only = 1
         else:
             result.itl.append(now - self.last)
         self.last = now
@@ -159,13 +173,14 @@ async def _stream(conn: StreamingConnection, target: Target, body: bytes,
     if not collect.done:
         raise HttpError("truncated_stream", "the stream ended without [DONE]")
     if result.ttft is None:
-        raise HttpError("empty_output", "no chunk carried text")
+        raise HttpError("empty_output", "no chunk carried choices")
     result.latency = collect.last - result.start
+    tokens = collect.chunks - collect.role_only
     if collect.usage:
-        result.output_tokens = collect.usage.get("completion_tokens") or collect.chunks
+        result.output_tokens = collect.usage.get("completion_tokens") or tokens
         result.prompt_tokens = collect.usage.get("prompt_tokens") or 0
     else:
-        result.output_tokens = collect.chunks  # server ignored include_usage: a token per chunk
+        result.output_tokens = tokens  # server ignored include_usage: a token per chunk
     result.ok = True
 
 

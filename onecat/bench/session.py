@@ -14,7 +14,12 @@ from onecat import __version__
 from onecat.bench import output, prompts
 from onecat.bench.httpclient import Connection, Endpoint, HttpError, public_url
 from onecat.bench.metrics import level_metrics
-from onecat.bench.observe import MemoryReader, MemorySampler, MetricsScraper
+from onecat.bench.observe import (
+    MemoryReader,
+    MemorySampler,
+    MetricsScraper,
+    http_metrics_fetch,
+)
 from onecat.bench.runner import LiveCounters, Target, run_level, send
 
 PROBE_TIMEOUT_S = 30.0
@@ -53,6 +58,9 @@ class BenchOptions:
     quiet: bool = False
     detailed: bool = False  # per-request records in bench-c<N>.json ("requests")
     progress_interval: float = 2.0
+    temperature: float | None = None  # None: the server's default, as vllm bench serve
+    goodput: dict[str, float] | None = None  # SLOs in ms: {"ttft": 500, "tpot": 50, ...}
+    scrape_metrics: bool = True  # poll /metrics (in a thread) for KV-cache and queue peaks
 
 
 def requests_for(level: int, fixed: int | None) -> int:
@@ -194,7 +202,7 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         model = await _probe(probe, opts)
     finally:
         probe.close()
-    target = Target(endpoint, model, opts.chat, headers, opts.timeout)
+    target = Target(endpoint, model, opts.chat, headers, opts.timeout, opts.temperature)
     sizes = [requests_for(c, opts.requests_per_level) for c in opts.concurrency]
     all_prompts, source = await _build_prompts(target, opts, opts.warmup + sum(sizes))
 
@@ -212,7 +220,15 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
     run_info = {"url": public_url(opts.url), "model": model, "endpoint": target.path,
                 "input_len": opts.input_len, "output_len": opts.output_len,
                 "input_len_source": source, "seed": opts.seed, "warmup": opts.warmup,
-                "timeout_s": opts.timeout, "started_at": started, "onecat_version": __version__}
+                "timeout_s": opts.timeout, "started_at": started, "onecat_version": __version__,
+                "temperature": opts.temperature,
+                "sampling": ("server default (no temperature sent, as vllm bench serve)"
+                             if opts.temperature is None else
+                             f"temperature {opts.temperature:g}" + (
+                                 " (greedy: 1Cat serves it through a top-1 lm_head shortcut, "
+                                 "so TPOT is not comparable with sampled runs)"
+                                 if opts.temperature == 0 else "")),
+                "goodput_slos_ms": opts.goodput}
     levels: list[dict] = []
     offset = opts.warmup
     sampler = MemorySampler(memory_reader)
@@ -222,28 +238,29 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         _say(opts, f"level c={level}: {size} requests, {opts.input_len} in / "
                    f"{opts.output_len} out")
         live = LiveCounters()
-        scrape_conn = target.connection()
-
-        async def fetch_metrics(conn: Connection = scrape_conn) -> str | None:
-            status, text = await asyncio.wait_for(conn.get_text("/metrics"), 10)
-            return text if status == 200 else None
-
-        scraper = MetricsScraper(fetch_metrics)
+        # /metrics is read in a thread with blocking I/O: off the loop that stamps chunks.
+        fetch = http_metrics_fetch(endpoint.host, endpoint.port, endpoint.tls,
+                                   endpoint.base_path, headers)
+        scraper = MetricsScraper(fetch)
         stop = asyncio.Event()
-        side_tasks = [asyncio.ensure_future(scraper.run(stop))]
+        side_tasks = []
         if not opts.quiet:
             side_tasks.append(asyncio.ensure_future(_progress(opts, level, size, live, stop)))
         cpu_before = clock()
         sampler.start()
+        if opts.scrape_metrics:
+            scraper.start()
         ids = [f"onecat-bench-{opts.seed}-{i}" for i in range(offset - size, offset)]
         run = await run_level(target, level_prompts, level, opts.output_len, live, ids)
         memory = sampler.stop()
+        scraper.stop()
         cpu = clock() - cpu_before
         stop.set()
         await asyncio.gather(*side_tasks)
-        scrape_conn.close()
-        result = level_metrics(run.results, level, run.duration)
+        fetch.close()  # type: ignore[attr-defined]
+        result = level_metrics(run.results, level, run.duration, opts.goodput)
         result.update(scraper.peaks)
+        result["metrics_scrapes"] = scraper.scrapes
         result["gpu_memory_used_mib"] = memory
         result["client_cpu_s"] = cpu
         result.update(run_info)
@@ -253,5 +270,7 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         levels.append(result)
         output.write_level(opts.out, result)
         _say(opts, output.level_line(result))
+        for warning in result["warnings"]:
+            _say(opts, f"c={level}: warning: {warning}")
     output.write_summary(opts.out, run_info, levels)
     return levels

@@ -2,9 +2,20 @@
 
 Pure function over plain data (the readings onecat.health.nvml gathers), stdlib
 only: it also runs on nodes inside the `gpu_health` Ansible module (as
-ansible.module_utils.onecat.health.judge). Defaults follow DCGM and gcm policy and
-the field notes: any pending page retirement fails, 63 retired pages fail, 15
-warn; any uncorrected ECC fails; 50,000,000 corrected volatile errors warn.
+ansible.module_utils.onecat.health.judge). Defaults follow DCGM and gcm policy, the
+seed and the field notes (NVIDIA/DCGM at 72fa3fea):
+
+- a page pending retirement fails (nvvs/src/Software.cpp:697-715; the health watch only
+  warns, modules/health/DcgmHealthWatch.cpp:1771-1776, but a reboot is due before serving);
+- single- plus double-bit retired pages >= 63 fail (DCGM_LIMIT_MAX_RETIRED_PAGES,
+  common/DcgmGPUHardwareLimits.h:21; DcgmHealthWatch.cpp:1834-1841);
+- double-bit retired pages above the soft limit 15 (DcgmGPUHardwareLimits.h:22) fail only
+  when more than one more was retired in the past week (DcgmHealthWatch.cpp:1844-1886); above
+  the soft limit without that rate they warn;
+- uncorrected ECC errors since the driver loaded (volatile) fail (gcm);
+- lifetime (aggregate) uncorrected ECC with none since the driver loaded and nothing pending
+  is history (the seed): a warning with what to do, not "replace the card";
+- 50,000,000 corrected volatile errors warn (gcm).
 """
 
 from __future__ import annotations
@@ -16,14 +27,22 @@ ERROR = "error"
 WARNING = "warning"
 
 # Xid codes that mean broken hardware (or a wedged GPU), not an application bug.
-XID_ERROR_CODES = (48, 62, 63, 64, 74, 79, 92, 94, 95)
+XID_ERROR_CODES = (46, 48, 54, 56, 57, 58, 62, 63, 64, 74, 79, 92, 94, 95, 154)
 
 XID_DESCRIPTIONS = {
     13: "graphics engine exception",
     31: "GPU memory page fault",
     43: "GPU stopped processing",
     45: "preemptive cleanup after an earlier error",
+    # NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); NVIDIA Health Validation rates
+    # 46 critical (drain, reset). UNCONFIRMED wording for Volta: the older-GPU catalog page
+    # could not be read; codes and meanings follow the current catalog.
+    46: "GPU stopped processing",
     48: "double-bit ECC error",
+    54: "auxiliary power is not connected to the GPU board",
+    56: "display engine error",
+    57: "error programming video memory interface",
+    58: "unstable video memory interface detected (EDC error)",
     61: "internal micro-controller breakpoint",
     62: "internal micro-controller halt",
     63: "ECC page retirement or row remapping event",
@@ -34,9 +53,18 @@ XID_DESCRIPTIONS = {
     94: "contained ECC error",
     95: "uncontained ECC error",
     119: "GSP RPC timeout",
+    154: "GPU recovery action changed (the driver asks for a reset, reboot or drain)",
 }
 
 XID_ADVICE = {
+    46: "drain the node and reset the GPU (or reboot); replace the card if it repeats",
+    54: "connect the card's auxiliary power cables (8-pin/EPS), then reboot",
+    56: "reset the GPU or reboot; a V100 drives no display, so check for a monitor on it",
+    57: "the memory interface failed to train: reboot, and replace the card if it repeats",
+    58: "the memory interface is unstable: drain the node, reboot, and replace the card if it "
+        "repeats",
+    154: "do what the log line after it asks (GPU reset, node reboot or drain), then re-run the "
+         "health check",
     48: "check the ECC counters and retired pages; replace the card if errors return",
     62: "reset the GPU or reboot; on PCIe-only pairs serve TP2 with --disable-custom-all-reduce",
     63: "reboot so the retirement takes effect, then re-run the health check",
@@ -67,8 +95,9 @@ class Thresholds:
     max_aggregate_uncorrected_ecc: int = 0
     max_volatile_uncorrected_ecc: int = 0
     max_volatile_corrected_ecc: int = 50_000_000
-    max_retired_pages: int = 63
-    warn_retired_pages: int = 15
+    max_retired_pages: int = 63  # single + double-bit (DCGM_LIMIT_MAX_RETIRED_PAGES)
+    warn_retired_pages: int = 15  # double-bit only (DCGM_LIMIT_MAX_RETIRED_PAGES_SOFT_LIMIT)
+    max_double_bit_retirements_per_week: int = 1  # above the soft limit: more than this fails
     min_pcie_gen: int = 3
     min_pcie_width: int = 16
     allow_display_active: bool = False
@@ -165,12 +194,27 @@ def _check_ecc(gpu: dict[str, Any], t: Thresholds, out: _Problems) -> None:
     ecc = gpu.get("ecc") or {}
     aggregate = (ecc.get("aggregate") or {}).get("uncorrected")
     volatile = ecc.get("volatile") or {}
-    if aggregate is not None and aggregate > t.max_aggregate_uncorrected_ecc:
-        out.add(ERROR, "ecc_aggregate_uncorrected", gpu,
-                f"{where} has had {aggregate} uncorrectable ECC errors in its lifetime: its "
-                "memory is damaged and quantized inference turns to NaN or garbage; take the "
-                "card out of service and replace it")
     uncorrected = volatile.get("uncorrected")
+    pending = (gpu.get("retired_pages") or {}).get("pending") or (
+        gpu.get("remapped_rows") or {}).get("pending")
+    if aggregate is not None and aggregate > t.max_aggregate_uncorrected_ecc:
+        if uncorrected == 0 and not pending:
+            # The seed's "historical" case: errors in the card's past, none since the driver
+            # loaded, nothing waiting to be retired.
+            out.add(WARNING, "ecc_aggregate_uncorrected", gpu,
+                    f"{where} has had {aggregate} uncorrectable ECC errors in its lifetime but "
+                    "none since the driver loaded and no page pending retirement: history, not "
+                    "a current fault. Reset the counters where supported (`nvidia-smi -i "
+                    f"{gpu['index']} -p 1`), burn it in under load (`onecat health --local` "
+                    "after a long benchmark) and watch: keep the card if no error returns")
+        else:
+            why = ("a page is pending retirement" if pending else
+                   "the counter since the driver loaded is unreadable" if uncorrected is None
+                   else "more arrived since the driver loaded")
+            out.add(ERROR, "ecc_aggregate_uncorrected", gpu,
+                    f"{where} has had {aggregate} uncorrectable ECC errors in its lifetime and "
+                    f"{why}: its memory is failing and quantized inference turns to NaN or "
+                    "garbage; take the card out of service")
     if uncorrected is not None and uncorrected > t.max_volatile_uncorrected_ecc:
         out.add(ERROR, "ecc_volatile_uncorrected", gpu,
                 f"{where} has {uncorrected} uncorrectable ECC errors since the driver loaded: "
@@ -194,14 +238,25 @@ def _check_memory_repair(gpu: dict[str, Any], t: Thresholds, out: _Problems) -> 
     if single is not None or double is not None:
         total = (single or 0) + (double or 0)
         detail = f"{total} retired pages ({single or 0} single-bit, {double or 0} double-bit)"
+        recent = pages.get("double_bit_last_week")
         if total >= t.max_retired_pages:
             out.add(ERROR, "retired_pages", gpu,
-                    f"{where} has {detail}, at or above the limit {t.max_retired_pages}: "
+                    f"{where} has {detail}, at or above DCGM's limit {t.max_retired_pages}: "
                     "replace the card")
-        elif total >= t.warn_retired_pages:
-            out.add(WARNING, "retired_pages", gpu,
-                    f"{where} has {detail}, at or above the soft limit {t.warn_retired_pages}: "
-                    "plan a replacement")
+        elif (double or 0) > t.warn_retired_pages:
+            if recent is not None and recent > t.max_double_bit_retirements_per_week:
+                out.add(ERROR, "retired_pages", gpu,
+                        f"{where} has {detail}: more than DCGM's soft limit of "
+                        f"{t.warn_retired_pages} double-bit pages and {recent} more retired in "
+                        "the past week (DCGM fails above 1 a week): replace the card")
+            else:
+                rate = ("none" if recent == 0 else "unknown" if recent is None else str(recent))
+                out.add(WARNING, "retired_pages", gpu,
+                        f"{where} has {detail}: more than DCGM's soft limit of "
+                        f"{t.warn_retired_pages} double-bit pages (new ones in the past week: "
+                        f"{rate}); DCGM fails it when more than "
+                        f"{t.max_double_bit_retirements_per_week} a week follow: re-check "
+                        "weekly and plan a replacement")
     if rows.get("pending"):
         out.add(ERROR, "remapped_rows", gpu,
                 f"{where} has a row remapping pending: reset the GPU or reboot before serving")

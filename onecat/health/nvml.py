@@ -19,6 +19,7 @@ import re
 import shutil
 import stat
 import subprocess
+import time
 from typing import Any
 
 # NVML return codes (nvml.h) the gatherer treats specially.
@@ -186,6 +187,19 @@ def _gpu(read: _Reader, index: int, handle: Any) -> dict[str, Any]:
         pages = call("retired_pages", "nvmlDeviceGetRetiredPages", handle, cause)
         return None if pages is None else len(pages)
 
+    def retired_last_week(cause: int) -> int | None:
+        """Pages of this cause retired in the past 7 days (DCGM's rate window), from
+        nvmlDeviceGetRetiredPages_v2's timestamps (driver >= 410.72); None without them."""
+        pages = call("retired_pages", "nvmlDeviceGetRetiredPages_v2", handle, cause)
+        if pages is None:
+            return None
+        now = time.time()
+        stamps = [int(page["timestamp"]) for page in pages if isinstance(page, dict)]
+        # Seconds since the epoch; a value beyond year 3000 is read as microseconds
+        # (UNCONFIRMED: NVML's documentation does not state the unit).
+        stamps = [stamp / 1e6 if stamp > 32503680000 else stamp for stamp in stamps]
+        return sum(1 for stamp in stamps if stamp >= now - 7 * 24 * 3600)
+
     rows = call("remapped_rows", "nvmlDeviceGetRemappedRows", handle)
     return {
         "index": index,
@@ -207,6 +221,7 @@ def _gpu(read: _Reader, index: int, handle: Any) -> dict[str, Any]:
         "retired_pages": {
             "single_bit": retired(0),
             "double_bit": retired(1),
+            "double_bit_last_week": retired_last_week(1),
             "pending": _flag(
                 call("retired_pages", "nvmlDeviceGetRetiredPagesPendingStatus", handle)
             ),

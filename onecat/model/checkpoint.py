@@ -11,6 +11,7 @@ one loads packed integers as the wrong thing (garbage output or a load failure).
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from typing import Any
@@ -117,9 +118,10 @@ def model_dims(config: dict[str, Any], path: str) -> dict[str, Any]:
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list) and len(layer_types) == layers:
         # Linear-attention (Gated DeltaNet, Mamba) layers hold a fixed state, not a KV cache.
-        kv_layers = sum(1 for kind in layer_types if "linear" not in str(kind))
+        kv_layers = sum(1 for kind in layer_types if not _is_recurrent(kind))
     else:
         kv_layers = layers
+    limit, limit_source = max_len_limit(config, cfg)
     return {
         "num_hidden_layers": layers,
         "kv_layers": kv_layers,
@@ -131,10 +133,81 @@ def model_dims(config: dict[str, Any], path: str) -> dict[str, Any]:
         "intermediate_size": cfg.get("intermediate_size"),
         "vocab_size": cfg.get("vocab_size") or config.get("vocab_size"),
         "max_position_embeddings": _first(cfg, "max_position_embeddings", "n_positions"),
+        "max_model_len_limit": limit,
+        "max_model_len_limit_source": limit_source,
+        "hybrid": hybrid_layout(config, cfg),
         "tie_word_embeddings": bool(
             _first(cfg, "tie_word_embeddings") or config.get("tie_word_embeddings")
         ),
     }
+
+
+# Model types whose layers keep a per-request recurrent state (Mamba, Gated DeltaNet, linear
+# attention) outside vLLM's paged KV cache.
+RECURRENT_MODEL_TYPES = frozenset({
+    "mamba", "mamba2", "falcon_mamba", "jamba", "zamba2", "bamba", "nemotron_h",
+    "granitemoehybrid", "falcon_h1", "qwen3_next", "minimax_text_01", "lfm2",
+})
+
+
+def _is_recurrent(kind: Any) -> bool:
+    text = str(kind).lower()
+    return "linear" in text or "mamba" in text or "recurrent" in text or "deltanet" in text
+
+
+def hybrid_layout(config: dict[str, Any], cfg: dict[str, Any]) -> str | None:
+    """Why this model keeps per-request state outside the paged KV cache, or None."""
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list):
+        recurrent = [kind for kind in layer_types if _is_recurrent(kind)]
+        if recurrent:
+            return (f"layer_types has {len(recurrent)} of {len(layer_types)} layers of type "
+                    f"{sorted({str(kind) for kind in recurrent})[0]!r}")
+    block_types = cfg.get("layers_block_type")
+    if isinstance(block_types, list) and any(_is_recurrent(kind) for kind in block_types):
+        return "layers_block_type lists mamba layers"
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and "M" in pattern:
+        return f"hybrid_override_pattern {pattern[:24]!r} has mamba (M) layers"
+    if isinstance(cfg.get("linear_attn_config"), dict):
+        return "config has a linear_attn_config"
+    for source in (config, cfg):
+        model_type = str(source.get("model_type") or "").lower()
+        if model_type in RECURRENT_MODEL_TYPES:
+            return f"model_type {model_type!r} is a hybrid/recurrent architecture"
+    return None
+
+
+def max_len_limit(config: dict[str, Any], cfg: dict[str, Any]) -> tuple[int | None, str]:
+    """The longest --max-model-len vLLM accepts for this config, and how it was derived.
+
+    vLLM's ``_get_and_verify_max_len`` (vllm/config/model.py:2118-2250 in 1Cat-vLLM at
+    ae13773a, same in upstream): every rope type except su/longrope/llama3 multiplies the
+    limit by ``factor``; YaRN starts from ``original_max_position_embeddings`` (2186-2203).
+    Gemma3's limit is already scaled (2176). A tokenizer_config cap is applied by the caller.
+    """
+    base = _first(cfg, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+                  "max_sequence_length", "max_seq_length", "seq_len")
+    if not isinstance(base, int) or base <= 0:
+        return None, "no max_position_embeddings in config.json"
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    model_type = str(config.get("model_type") or cfg.get("model_type") or "")
+    if not isinstance(rope, dict) or "gemma3" in model_type:
+        return base, f"max_position_embeddings {base}"
+    rope_type = str(rope.get("rope_type") or rope.get("type") or "default")
+    if rope_type in ("su", "longrope", "llama3", "default"):
+        return base, f"max_position_embeddings {base} (rope {rope_type}: no scaling of the limit)"
+    factor = rope.get("factor")
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or \
+            not math.isfinite(factor) or not 0 < factor <= 1024:
+        factor = 1.0
+    factor = float(factor)
+    start, start_text = base, f"max_position_embeddings {base}"
+    original = rope.get("original_max_position_embeddings")
+    if rope_type == "yarn" and isinstance(original, int) and original > 0:
+        start, start_text = original, f"original_max_position_embeddings {original}"
+    limit = int(start * factor)
+    return limit, f"{start_text} x rope_scaling factor {factor:g} ({rope_type})"
 
 
 def metadata_format(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> dict[str, Any]:
@@ -320,6 +393,14 @@ def inspect_model(model_dir: str) -> dict[str, Any]:
     if qcfg is not None and not isinstance(qcfg, dict):
         raise CheckpointError(f"{config_path}: quantization_config is {qcfg!r}, not an object: "
                               "restore the checkpoint's original config.json")
+    tokenizer_config = load_json(os.path.join(model_dir, "tokenizer_config.json"),
+                                 required=False)
+    cap = (tokenizer_config or {}).get("model_max_length")
+    # vLLM caps the derived limit with tokenizer_config's model_max_length (model.py:2143-2147).
+    if isinstance(cap, int) and not isinstance(cap, bool) and \
+            0 < cap < (dims["max_model_len_limit"] or cap + 1):
+        dims["max_model_len_limit"] = cap
+        dims["max_model_len_limit_source"] = f"tokenizer_config.json model_max_length {cap}"
     tensors = read_checkpoint(model_dir)
     meta = metadata_format(config, hf_quant)
     found, example, counts = tensor_format(tensors)

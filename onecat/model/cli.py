@@ -1,4 +1,7 @@
-"""`onecat plan MODEL_DIR`: can this checkpoint serve on these GPUs, and with which flags?
+"""`onecat plan MODEL_DIR|hf:ORG/NAME@REV`: can this checkpoint serve on these GPUs, and how?
+
+An hf: source is planned from its config files and safetensors headers read over HTTP
+(onecat.model.fetch.plan_remote): the same plan, without downloading the weights.
 
 Exit status: 0 the plan is servable (it fits and nothing is wrong), 1 it does not fit or
 has problems (the plan is still printed), 2 invalid input (one line on stderr).
@@ -12,11 +15,13 @@ import sys
 from typing import Any
 
 from onecat.model.engines import DEFAULT_ENGINE, DEFAULT_ENGINE_VERSION, ENGINES
+from onecat.model.fetch import FetchError, plan_remote
 from onecat.model.plan import (
     DEFAULTS,
     GIB,
     INVALID_INPUT,
     KV_CACHE_DTYPE_BYTES,
+    MAX_NUM_SEQS_CAP,
     PlanInputError,
     plan_model,
 )
@@ -33,14 +38,18 @@ def register(subparsers: Any) -> None:
         epilog="Exit status: 0 fits and servable, 1 does not fit or has problems, "
         "2 invalid input.",
     )
-    parser.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    parser.add_argument("model_dir", metavar="MODEL_DIR",
+                        help="Hugging Face model directory, or hf:ORG/NAME[@REVISION] "
+                        "(read over HTTP from HF_ENDPOINT: config and safetensors headers only)")
     parser.add_argument("--gpus", type=int, default=DEFAULTS["gpus"],
                         help="GPUs on the node (default: %(default)s)")
     parser.add_argument("--gpu-memory-gib", type=float, default=DEFAULTS["gpu_memory_gib"],
-                        help="memory of one GPU in GiB (default: %(default)s)")
+                        help="nominal memory of one GPU in GiB, used only when --health gives "
+                        "no NVML memory_total_mib (default: %(default)s; a '16 GB' V100 "
+                        "reports 16160 MiB = 15.78 GiB)")
     parser.add_argument("--gpu-memory-utilization", type=float,
                         default=DEFAULTS["gpu_memory_utilization"],
-                        help="share of each GPU vLLM reserves (default: %(default)s)")
+                        help="share of each GPU vLLM requests (default: %(default)s)")
     parser.add_argument("--max-model-len", type=int, default=DEFAULTS["max_model_len"],
                         help="context length per sequence (default: %(default)s)")
     parser.add_argument("--tensor-parallel-size", type=int,
@@ -56,9 +65,21 @@ def register(subparsers: Any) -> None:
                         f"{DEFAULT_ENGINE}; upstream vllm's rules do not depend on it)")
     parser.add_argument("--compute-capability", default=DEFAULTS["compute_capability"],
                         help="GPU compute capability (default: %(default)s = V100)")
-    parser.add_argument("--overhead-gib", type=float, default=DEFAULTS["overhead_gib"],
-                        help="per-GPU CUDA context, graphs and activations (default: "
-                        "%(default)s)")
+    parser.add_argument("--max-num-batched-tokens", type=int,
+                        default=DEFAULTS["max_num_batched_tokens"],
+                        help="tokens per scheduler step; sizes the profiled activation peak "
+                        "(default: %(default)s, vLLM's default on cards under 70 GiB)")
+    parser.add_argument("--max-num-seqs", type=int, default=None,
+                        help="sequences per step (default: 4 x the full-length capacity, at "
+                        f"most {MAX_NUM_SEQS_CAP})")
+    parser.add_argument("--cuda-context-gib", type=float, default=DEFAULTS["cuda_context_gib"],
+                        help="per-GPU CUDA context + NCCL, outside vLLM's share (default: "
+                        "%(default)s, an estimate)")
+    parser.add_argument("--non-torch-gib", type=float, default=DEFAULTS["non_torch_gib"],
+                        help="per-GPU non-torch memory that appears while vLLM profiles "
+                        "(default: %(default)s, an estimate)")
+    parser.add_argument("--cuda-graph-gib", type=float, default=DEFAULTS["cuda_graph_gib"],
+                        help="per-GPU CUDA graph memory (default: %(default)s, from 1Cat's logs)")
     parser.add_argument("--health", metavar="FILE",
                         help="GPU health JSON (onecat's gpu_health facts) for topology advice")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -77,21 +98,28 @@ def _load_health(path: str | None) -> Any:
 def run(args: argparse.Namespace) -> int:
     try:
         health = _load_health(args.health)
-        plan = plan_model(
-            args.model_dir,
-            health=health,
-            gpus=args.gpus,
-            gpu_memory_gib=args.gpu_memory_gib,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            max_model_len=args.max_model_len,
-            tensor_parallel_size=args.tensor_parallel_size,
-            kv_cache_dtype=args.kv_cache_dtype,
-            engine=args.engine,
-            engine_version=args.engine_version,
-            compute_capability=args.compute_capability,
-            overhead_gib=args.overhead_gib,
-        )
-    except INVALID_INPUT as error:
+        options = {
+            "health": health,
+            "gpus": args.gpus,
+            "gpu_memory_gib": args.gpu_memory_gib,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "max_model_len": args.max_model_len,
+            "tensor_parallel_size": args.tensor_parallel_size,
+            "kv_cache_dtype": args.kv_cache_dtype,
+            "engine": args.engine,
+            "engine_version": args.engine_version,
+            "compute_capability": args.compute_capability,
+            "max_num_batched_tokens": args.max_num_batched_tokens,
+            "max_num_seqs": args.max_num_seqs,
+            "cuda_context_gib": args.cuda_context_gib,
+            "non_torch_gib": args.non_torch_gib,
+            "cuda_graph_gib": args.cuda_graph_gib,
+        }
+        if args.model_dir.startswith("hf:"):
+            plan = plan_remote(args.model_dir, plan_model, **options)
+        else:
+            plan = plan_model(args.model_dir, **options)
+    except (*INVALID_INPUT, FetchError) as error:
         print(f"onecat plan: {error}", file=sys.stderr)
         return 2
     if args.json:
@@ -119,6 +147,10 @@ def _kv_budget(budget: int) -> str:
     return f"{budget / GIB:.2f} GiB per GPU"
 
 
+def _g(value: float) -> str:
+    return f"{value / GIB:.2f}"
+
+
 def format_table(plan: dict[str, Any]) -> str:
     inputs, memory, engine = plan["inputs"], plan["memory_per_gpu"], plan["engine"]
     tp, length = inputs["tensor_parallel_size"], inputs["max_model_len"]
@@ -126,34 +158,51 @@ def format_table(plan: dict[str, Any]) -> str:
     verdict = "FITS" if plan["fits"] else "DOES NOT FIT"
     if plan["fits"] and not plan["ok"]:
         verdict += ", but has problems (see below)"
+    graphs = (f"CUDA graphs {_g(memory['cuda_graph_bytes'])} inside"
+              if memory["cuda_graphs_in_budget"] else "")
     rows = [
         ("model", f"{plan['model_dir']} ({plan['architecture']}, {plan['model_type']})"),
         ("format", f"{plan['quant_format']} (metadata: {meta['source']}: {meta['claim']})"),
         ("engine", f"{engine['name']} {engine['version'] or '(any version)'}: "
                    f"{'compatible' if engine['compatible'] else 'NOT compatible'}"),
-        ("hardware", f"{inputs['gpus']} x {float(inputs['gpu_memory_gib']):g} GiB, cc "
-                     f"{inputs['compute_capability']}, TP{tp}, utilization "
-                     f"{float(inputs['gpu_memory_utilization']):.2f} = "
-                     f"{memory['usable_bytes'] / GIB:.2f} GiB usable per GPU"),
-        ("weights", f"{plan['weight_bytes'] / GIB:.2f} GiB total, "
-                    f"{plan['weight_bytes_per_gpu'] / GIB:.2f} GiB per GPU (linear "
-                    f"{memory['linear_bytes'] / GIB:.2f}, embeddings/lm_head "
-                    f"{memory['embeddings_bytes'] / GIB:.2f}, other "
-                    f"{memory['other_bytes'] / GIB:.2f})"),
-        ("overhead", f"{memory['overhead_bytes'] / GIB:.2f} GiB per GPU"),
+        ("card", f"{inputs['gpus']} x {memory['total_source']}, cc "
+                 f"{inputs['compute_capability']}, TP{tp}"),
+        ("requested", f"ceil({_g(memory['total_bytes'])} GiB x "
+                      f"{float(inputs['gpu_memory_utilization']):.2f}) = "
+                      f"{_g(memory['requested_bytes'])} GiB per GPU"),
+        ("weights", f"{_g(plan['weight_bytes_per_gpu'])} GiB per GPU resident (linear "
+                    f"{_g(memory['linear_bytes'])}, embeddings/lm_head "
+                    f"{_g(memory['embeddings_bytes'])}, other {_g(memory['other_bytes'])}); "
+                    f"checkpoint {_g(plan['checkpoint_bytes_per_gpu'])} per GPU, "
+                    f"{_g(plan['checkpoint_bytes'])} total"),
+        ("resident", plan["resident_rule"]),
+        ("activation", f"{_g(memory['activation_bytes'])} GiB peak (forward of "
+                       f"{inputs['max_num_batched_tokens']} tokens "
+                       f"{_g(memory['activation_forward_bytes'])}, sampler over "
+                       f"{inputs['max_num_seqs']} sequences "
+                       f"{_g(memory['activation_sampler_bytes'])})"),
+        ("non-torch", f"{_g(memory['non_torch_bytes'])} GiB"
+                      + (f"; {graphs}" if graphs else "")),
         ("KV cache", f"{_kib(plan['kv_cache_bytes_per_token'])}/token "
                      f"({_kib(plan['kv_cache_bytes_per_token_per_gpu'])} per GPU, "
                      f"{inputs['kv_cache_dtype']}), {_kv_budget(memory['kv_budget_bytes'])}"),
         ("capacity", f"{plan['max_kv_tokens']:,} tokens = "
                      f"{plan['max_concurrency_at_max_model_len']} sequence(s) of {length}"),
+        ("headroom", f"{_g(memory['headroom_bytes'])} GiB outside the share for "
+                     f"{_g(memory['outside_bytes'])} GiB (CUDA context + NCCL "
+                     f"{_g(memory['cuda_context_bytes'])}"
+                     + ("" if memory["cuda_graphs_in_budget"]
+                        else f", CUDA graphs {_g(memory['cuda_graph_bytes'])}")
+                     + f"): utilization at most {memory['max_utilization']:.2f}"),
         ("verdict", verdict),
         ("serve args", format_serve_args(plan["serve_args"])),
     ]
     if plan["serve_env"]:
         rows.append(("serve env", " ".join(f"{k}={v}" for k, v in plan["serve_env"].items())))
     lines = [f"{label:<11} {value}" for label, value in rows]
-    for title in ("problems", "warnings", "suggestions"):
-        if plan[title]:
+    for title, key in (("why", "serve_notes"), ("problems", "problems"),
+                       ("warnings", "warnings"), ("suggestions", "suggestions")):
+        if plan[key]:
             lines.append(f"{title}:")
-            lines.extend(f"  - {item}" for item in plan[title])
+            lines.extend(f"  - {item}" for item in plan[key])
     return "\n".join(lines)

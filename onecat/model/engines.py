@@ -122,3 +122,32 @@ def check_engine(engine: str, version: str, quant_format: str,
     else:
         result["reason"] = f"1cat-vllm {version} serves {quant_format} on SM70"
     return result, warnings
+
+
+# 1Cat-vLLM's SM70 TurboMind path (VLLM_SM70_NVFP4_TURBOMIND, default on since 1.2.1:
+# vllm/envs.py:1736-1737 at v1.2.1, 1832-1833 at ae13773a) rebuilds the FP8 E4M3 block scales of
+# every NVFP4 linear as FP16 (sm70_turbomind.py:256-287, prepare_nvfp4_linear) and frees the FP8
+# originals (compressed_tensors_w4a16_nvfp4.py:96-114, compressed_tensors_w4a4_nvfp4.py:150-164,
+# modelopt.py:1025-1048). Packed FP4 stays 1/2 byte: 0.5 + 2/16 = 0.625 bytes per parameter on
+# the GPU against 0.5 + 1/16 = 0.5625 on disk.
+TURBOMIND_DEFAULT_FROM = (1, 2, 1)
+NVFP4_FORMATS = ("nvfp4-compressed-tensors", "nvfp4-modelopt")
+
+
+def resident_rule(engine: str, version: str, quant_format: str) -> dict[str, Any]:
+    """How the engine holds the checkpoint's tensors on the GPU: {block_scale_factor, text}.
+
+    block_scale_factor multiplies the bytes of the FP8 block scales (``weight_scale``) of
+    NVFP4 linears; everything else is resident as stored (16-bit tensors as float16).
+    """
+    if quant_format not in NVFP4_FORMATS:
+        return {"block_scale_factor": 1, "text": "as stored (float16 for 16-bit tensors)"}
+    if engine == "1cat-vllm" and version and parse_version(version) >= TURBOMIND_DEFAULT_FROM:
+        return {"block_scale_factor": 2, "text": (
+            "1cat-vllm SM70 TurboMind (VLLM_SM70_NVFP4_TURBOMIND=1, default since 1.2.1): FP8 "
+            "block scales rebuilt as FP16, FP8 originals freed: 0.625 bytes/parameter vs 0.5625 "
+            "on disk")}
+    if engine == "1cat-vllm":
+        return {"block_scale_factor": 1, "text": (
+            "1cat-vllm before 1.2.1 (Marlin path): assumed as stored (UNCONFIRMED)")}
+    return {"block_scale_factor": 1, "text": "upstream vllm: as stored (UNCONFIRMED)"}

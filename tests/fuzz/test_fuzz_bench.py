@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import http.client
 import json
 import math
+import socket
+import threading
 from pathlib import Path
 
 from fuzzkit import JSON, dumps, examples, fuzz, mutated
@@ -20,7 +24,7 @@ from hypothesis import strategies as st
 from onecat.bench import cli as command
 from onecat.bench import prompts
 from onecat.bench.httpclient import Connection, Endpoint, HttpError
-from onecat.bench.observe import parse_gauges
+from onecat.bench.observe import http_metrics_fetch, parse_gauges
 from onecat.bench.runner import LiveCounters, Target, send
 from onecat.bench.session import LIMITS, BenchError, BenchOptions, _probe
 from onecat.bench.sse import _Protocol
@@ -160,8 +164,6 @@ async def _side_request(reply: bytes, path: str) -> tuple[int, object]:
         raise HttpError("connect_failed", "scripted server has no second connection")
 
     conn._open = refuse  # type: ignore[method-assign]
-    if path == "/metrics":
-        return await conn.get_text(path)
     return await conn.get_json(path)
 
 
@@ -169,7 +171,7 @@ MODELS = {"object": "list", "data": [{"id": "qwen", "object": "model", "owned_by
 
 
 @settings(max_examples=examples(200))
-@given(data=st.data(), path=st.sampled_from(("/v1/models", "/tokenize", "/metrics")))
+@given(data=st.data(), path=st.sampled_from(("/v1/models", "/tokenize")))
 @fuzz("bench: side-request HTTP replies")
 def test_fuzz_side_request_replies(data: st.DataObject, path: str) -> None:
     doc = data.draw(mutated(MODELS) | mutated({"count": 5, "max_model_len": 8192}) | JSON)
@@ -181,6 +183,47 @@ def test_fuzz_side_request_replies(data: st.DataObject, path: str) -> None:
         assert error.reason
         return
     assert isinstance(status, int)
+
+
+def _serve_once(reply: bytes) -> tuple[int, threading.Thread]:
+    """A loopback server that answers one request with `reply` and hangs up."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(5)
+
+    def answer() -> None:
+        with listener:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    conn.recv(65536)
+                    conn.sendall(reply)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+@settings(max_examples=examples(100))
+@given(data=st.data())
+@fuzz("bench: /metrics HTTP replies (the scraper thread's blocking GET)")
+def test_fuzz_metrics_replies(data: st.DataObject) -> None:
+    body = data.draw(st.just(b"vllm:kv_cache_usage_perc 0.5\n") | st.binary(max_size=40),
+                     label="body")
+    reply = data.draw(http_response(body), label="reply")
+    port, thread = _serve_once(reply)
+    fetch = http_metrics_fetch("127.0.0.1", port, False, timeout=3)
+    try:
+        text = fetch()
+    except (OSError, http.client.HTTPException):
+        return  # a missed sample
+    finally:
+        fetch.close()  # type: ignore[attr-defined]
+        thread.join(10)
+    assert text is None or isinstance(text, str)
 
 
 class ScriptedModels:

@@ -161,7 +161,8 @@ def _plan_sane(plan: dict) -> None:
     memory = plan["memory_per_gpu"]
     assert plan["weight_bytes"] > 0
     assert 0 <= plan["weight_bytes_per_gpu"] <= plan["weight_bytes"]
-    for key in ("total_bytes", "usable_bytes", "weights_bytes", "overhead_bytes"):
+    for key in ("total_bytes", "usable_bytes", "weights_bytes", "activation_bytes",
+                "headroom_bytes", "outside_bytes"):
         assert isinstance(memory[key], int) and memory[key] >= 0, key
     assert plan["max_kv_tokens"] >= 0 and plan["max_concurrency_at_max_model_len"] >= 0
     if plan["fits"]:
@@ -208,7 +209,10 @@ SANE = {
     "engine": st.sampled_from(("1cat-vllm", "vllm")),
     "engine_version": st.sampled_from(("1.5.0", "1.3.0", "v1.2", "2.0.0rc1")),
     "compute_capability": st.sampled_from(("7.0", "7.5", "8.0", "70")),
-    "overhead_gib": st.floats(0, 4),
+    "cuda_context_gib": st.floats(0, 4),
+    "cuda_graph_gib": st.floats(0, 4),
+    "max_num_batched_tokens": st.integers(1, 1 << 16),
+    "max_num_seqs": st.integers(1, 1024),
 }
 WILD = {
     "gpus": st.integers(),
@@ -220,7 +224,10 @@ WILD = {
     "engine": st.text(max_size=8),
     "engine_version": st.text(max_size=12),
     "compute_capability": st.text(max_size=6),
-    "overhead_gib": NUMBER,
+    "cuda_context_gib": NUMBER,
+    "cuda_graph_gib": NUMBER,
+    "max_num_batched_tokens": st.integers(),
+    "max_num_seqs": st.integers(),
 }
 
 
@@ -244,7 +251,8 @@ def test_fuzz_planner_options(tiny_model: Path, options: dict) -> None:
         assert "\n" not in str(error)
         return
     _plan_sane(plan)
-    for key in ("gpu_memory_gib", "gpu_memory_utilization", "overhead_gib"):
+    for key in ("gpu_memory_gib", "gpu_memory_utilization", "cuda_context_gib",
+                "cuda_graph_gib"):
         assert math.isfinite(float(plan["inputs"][key])), key
 
 

@@ -115,7 +115,8 @@ PLAN_ARGS = {
     "gpu_memory_utilization": st.floats(0.1, 1), "max_model_len": st.integers(1, 1 << 16),
     "tensor_parallel_size": st.sampled_from((1, 2)), "kv_cache_dtype": st.just("auto"),
     "engine": st.sampled_from(("1cat-vllm", "vllm")), "engine_version": st.just("1.5.0"),
-    "compute_capability": st.just("7.0"), "overhead_gib": st.floats(0, 4),
+    "compute_capability": st.just("7.0"), "cuda_graph_gib": st.floats(0, 4),
+    "max_num_batched_tokens": st.integers(1, 1 << 16),
     "health": st.none(), "fail_on_misfit": st.booleans(),
 }
 
@@ -123,7 +124,7 @@ PLAN_ARGS = {
 @settings(max_examples=examples(120))
 @given(args=arguments(PLAN_ARGS))
 @example(args={"gpu_memory_gib": "nan"})
-@example(args={"overhead_gib": "inf"})
+@example(args={"cuda_graph_gib": "inf"})
 @fuzz("module: model_plan arguments")
 def test_fuzz_model_plan_arguments(tiny_model: Path, args: dict) -> None:
     answer = run(MODEL_PLAN, {"model_dir": str(tiny_model), **args})

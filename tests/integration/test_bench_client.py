@@ -198,3 +198,17 @@ def test_credentials_in_the_url_never_reach_the_result_files(tmp_path):
         assert "key=k1" not in text, path.name
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["run"]["url"].startswith("http://***@127.0.0.1:")
+
+
+def test_empty_text_chunks_are_chunks_like_vllm_bench_serve(tmp_path):
+    """Every 2nd token streams with empty text (special tokens in vLLM): counting only chunks
+    with text would see every other gap and report an ITL twice the truth."""
+    env = {"STANDIN_EMPTY_TEXT_EVERY": "2", "STANDIN_DECODE_MS": "20",
+           "STANDIN_DECODE_MS_PER_SEQ": "0"}
+    with standin(tmp_path, env=env) as server:
+        (level,) = _run(server.url, tmp_path / "out", concurrency=[1], output_len=16,
+                        requests_per_level=4)
+    assert level["completed"] == 4 and level["total_output_tokens"] == 64
+    assert 15 <= level["median_itl_ms"] < 30  # one decode step, not two
+    assert level["median_tpot_ms"] == pytest.approx(level["mean_itl_ms"], rel=0.2)
+    assert level["request_goodput"] is None and level["warnings"]  # 4 requests: p99 is the max

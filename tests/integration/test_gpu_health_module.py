@@ -70,16 +70,16 @@ def test_healthy_node_returns_the_facts(libdir: Path) -> None:
 
 
 def test_unhealthy_node_fails_with_its_errors_and_still_returns_facts(libdir: Path) -> None:
-    result = run_module(libdir, "ecc_aggregate_uncorrected")
+    result = run_module(libdir, "ecc_uncorrected_since_boot")
     assert result["failed"] is True
-    assert "is unhealthy (2 GPUs, 1 error, 0 warnings" in result["msg"]
-    assert "GPU 1 (00000000:5E:00.0, serial 0323117011202) has had 2 uncorrectable ECC" in (
+    assert "is unhealthy (2 GPUs, 2 errors, 0 warnings" in result["msg"]
+    assert "GPU 1 (00000000:5E:00.0, serial 0323117011202) has had 3 uncorrectable ECC" in (
         result["msg"])
     assert result["ansible_facts"]["gpu_health"]["verdict"] == "unhealthy"
 
 
 def test_fail_on_never_and_warning(libdir: Path) -> None:
-    never = run_module(libdir, "ecc_aggregate_uncorrected", "fail_on=never")
+    never = run_module(libdir, "ecc_uncorrected_since_boot", "fail_on=never")
     assert never.get("failed") is not True
     assert never["ansible_facts"]["gpu_health"]["verdict"] == "unhealthy"
     warning = run_module(libdir, "pcie_gen3_x8", "fail_on=warning")

@@ -47,7 +47,9 @@ E, W = "error", "warning"
 EXPECTED = {
     "healthy_pcie_pair": ("healthy", []),
     "healthy_nvlink_pair": ("healthy", []),
-    "ecc_aggregate_uncorrected": ("unhealthy", [(E, "ecc_aggregate_uncorrected", 1)]),
+    "ecc_aggregate_uncorrected": ("degraded", [(W, "ecc_aggregate_uncorrected", 1)]),
+    "ecc_uncorrected_since_boot": ("unhealthy", [(E, "ecc_aggregate_uncorrected", 1),
+                                                 (E, "ecc_volatile_uncorrected", 1)]),
     "retired_page_pending": ("unhealthy", [(E, "retired_pages_pending", 0)]),
     "pcie_gen3_x8": ("degraded", [(W, "pcie_link", 1)]),
     "display_active": ("unhealthy", [(E, "display_active", 0)]),
@@ -97,7 +99,8 @@ def test_healthy_pcie_pair_readings_are_exact(libdir: Path) -> None:
         "ecc_mode": True,
         "ecc": {"volatile": {"corrected": 0, "uncorrected": 0},
                 "aggregate": {"corrected": 0, "uncorrected": 0}},
-        "retired_pages": {"single_bit": 0, "double_bit": 0, "pending": False},
+        "retired_pages": {"single_bit": 0, "double_bit": 0, "double_bit_last_week": 0,
+                          "pending": False},
         # Volta retires pages; row remapping answers NOT_SUPPORTED.
         "remapped_rows": {"correctable": None, "uncorrectable": None, "pending": None,
                           "failure": None},
@@ -140,7 +143,8 @@ def test_h100_fields_that_differ_from_volta(libdir: Path) -> None:
     gpu = facts["gpus"][1]
     assert gpu["compute_capability"] == "9.0"
     assert gpu["memory_total_mib"] == 81559
-    assert gpu["retired_pages"] == {"single_bit": None, "double_bit": None, "pending": None}
+    assert gpu["retired_pages"] == {"single_bit": None, "double_bit": None,
+                                    "double_bit_last_week": None, "pending": None}
     assert gpu["remapped_rows"] == {"correctable": 0, "uncorrectable": 0, "pending": False,
                                     "failure": False}
     assert gpu["pcie"] == {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16}
@@ -234,13 +238,13 @@ def test_other_nvml_errors_on_a_field_become_problems(libdir: Path, tmp_path: Pa
 # python -m onecat.health: what an operator runs on a node.
 
 def test_module_entry_prints_the_verdict_and_exits_1_when_unhealthy(libdir: Path) -> None:
-    done = double.run_health(libdir, "ecc_aggregate_uncorrected")
+    done = double.run_health(libdir, "ecc_uncorrected_since_boot")
     assert done.returncode == 1, done.stderr
     first, *rest = done.stdout.splitlines()
-    assert first.endswith(": unhealthy (2 GPUs, 1 error, 0 warnings, topology PHB, "
+    assert first.endswith(": unhealthy (2 GPUs, 2 errors, 0 warnings, topology PHB, "
                           "driver 535.261.03)")
     assert rest[0].startswith("  ERROR   ecc_aggregate_uncorrected: GPU 1 (00000000:5E:00.0, "
-                              "serial 0323117011202) has had 2 uncorrectable ECC errors")
+                              "serial 0323117011202) has had 3 uncorrectable ECC errors")
     assert rest[-1] == "  serve: parallelism data; nccl_p2p_disable, disable_custom_all_reduce"
 
 

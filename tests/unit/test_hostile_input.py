@@ -109,7 +109,8 @@ def test_plan_config_shapes_are_refused_or_planned_never_a_traceback(tmp_path, c
     assert plan["quant_format"] in ("nvfp4-compressed-tensors", "unknown")
 
 
-@pytest.mark.parametrize("option", ["--gpu-memory-gib", "--overhead-gib",
+@pytest.mark.parametrize("option", ["--gpu-memory-gib", "--cuda-context-gib",
+                                    "--non-torch-gib", "--cuda-graph-gib",
                                     "--gpu-memory-utilization"])
 @pytest.mark.parametrize("value", ["nan", "inf"])
 def test_plan_refuses_non_finite_numbers(tmp_path, capsys, option, value):

@@ -53,7 +53,7 @@ def test_json_output_has_the_stable_keys_and_exit_0_when_it_fits(models, capsys)
         assert isinstance(plan[key], kind), key
     assert set(plan["engine"]) == {"name", "version", "compatible", "reason"}
     assert plan["quant_format"] == "nvfp4-compressed-tensors"
-    assert plan["max_concurrency_at_max_model_len"] == 10
+    assert plan["max_concurrency_at_max_model_len"] == 11
 
 
 def test_exit_1_when_it_does_not_fit_and_the_plan_is_still_printed(models, capsys):
@@ -66,11 +66,13 @@ def test_exit_1_when_it_does_not_fit_and_the_plan_is_still_printed(models, capsy
 def test_human_table(models, capsys):
     assert run_plan(str(models["14b"]), "--max-model-len", "4096") == 0
     out = capsys.readouterr().out
-    assert "capacity    87,248 tokens = 21 sequence(s) of 4096" in out
+    assert "capacity    95,616 tokens = 23 sequence(s) of 4096" in out
     assert "verdict     FITS" in out
     assert ("serve args  --dtype half --tensor-parallel-size 2 --max-model-len 4096 "
             "--gpu-memory-utilization 0.9 --max-num-seqs 64 --attention-backend "
-            "FLASH_ATTN_V100") in out
+            "FLASH_ATTN_V100 --disable-custom-all-reduce") in out
+    assert "card        2 x nominal 16 GiB (no NVML figure: pass --health for it)" in out
+    assert "requested   ceil(16.00 GiB x 0.90) = 14.40 GiB per GPU" in out
 
 
 def test_health_file_adds_the_pcie_flag(models, tmp_path, capsys):
@@ -222,8 +224,8 @@ def test_module_runs_through_ansible(models):
     rc, result = _ansible(f"model_dir={models['14b']}")
     assert rc == 0, result
     assert result["changed"] is False
-    assert result["plan"]["max_concurrency_at_max_model_len"] == 10
-    assert result["plan"]["serve_args"]["--max-num-seqs"] == 40
+    assert result["plan"]["max_concurrency_at_max_model_len"] == 11
+    assert result["plan"]["serve_args"]["--max-num-seqs"] == 44
 
 
 @pytest.mark.skipif(not (Path(sys.executable).parent / "ansible").exists(),

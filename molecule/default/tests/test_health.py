@@ -21,7 +21,7 @@ HEALTH_WITH_NODE2_ECC = """
       ansible.builtin.set_fact:
         gpu_health_environment:
           LD_LIBRARY_PATH: /opt/onecat-test/nvml
-          ONECAT_NVML_DOUBLE_SCENARIO: @SCENARIOS@/ecc_aggregate_uncorrected.scenario
+          ONECAT_NVML_DOUBLE_SCENARIO: @SCENARIOS@/ecc_uncorrected_since_boot.scenario
 
 - name: Run the real health stage.
   ansible.builtin.import_playbook: @PROJECT@/playbooks/health.yml
@@ -67,7 +67,7 @@ def test_unhealthy_node_is_stopped_with_its_reason_and_the_other_continues(
     report = json.loads((tmp_path / "onecat-node2.json").read_text())
     assert report["verdict"] == "unhealthy"
     assert [p["check"] for p in report["problems"] if p["severity"] == "error"] == [
-        "ecc_aggregate_uncorrected"
+        "ecc_aggregate_uncorrected", "ecc_volatile_uncorrected"
     ]
 
 

@@ -52,6 +52,7 @@ def test_unit_runs_the_locked_image_with_the_v100_flags(host):
     assert unit.mode == 0o644
     content = unit.content_string
     lock = read_lock()["engine_image"]
+    revision = f"{MODEL}@{read_lock()['model']['commit'][:12]}"
     assert unit_image(host) == lock["image_id"]
     assert f"    {lock['image_id']} \\\n    serve /models/{MODEL} \\\n" in content
     for line in (
@@ -63,7 +64,8 @@ def test_unit_runs_the_locked_image_with_the_v100_flags(host):
         "TimeoutStartSec=900",
         "    --ipc=host \\",
         "    --publish 127.0.0.1:8000:8000 \\",
-        f"    --volume /srv/models/{MODEL}:/models/{MODEL}:ro \\",
+        # The model stage's verified revision, mounted at a path that does not change.
+        f"    --volume /srv/models/{revision}:/models/{MODEL}:ro \\",
         "    --env-file /etc/onecat/vllm.env \\",
         "    --env CUDA_DEVICE_ORDER=PCI_BUS_ID \\",
         "    --env HF_HUB_OFFLINE=1 \\",
@@ -75,10 +77,11 @@ def test_unit_runs_the_locked_image_with_the_v100_flags(host):
         "    --gpu-memory-utilization 0.85 \\",
     ):
         assert line in content.splitlines() or line in content, line
-    # The health facts decide: the PCIe pair (node1, P2P not supported by its chipset) gets
-    # custom all-reduce and NCCL P2P off; the NVLink pair (node2, P2P OK) keeps both.
+    # Custom all-reduce is off on every sm_70 pair, NVLink too (1Cat-vLLM #652/#430, PR #88);
+    # the health facts decide NCCL P2P: off on the PCIe pair (node1, P2P not supported by its
+    # chipset), on for the NVLink pair (node2, P2P OK).
     pcie = host.backend.hostname == "onecat-node1"
-    assert ("    --disable-custom-all-reduce" in content.splitlines()) is pcie
+    assert re.search(r"^    --disable-custom-all-reduce( \\)?$", content, re.MULTILINE)
     assert ("NCCL_P2P_DISABLE=1" in content) is pcie
     assert "--attention-backend FLASH_ATTN_V100" in content
     assert re.search(r"^    --max-num-seqs \d+ \\$", content, re.MULTILINE)

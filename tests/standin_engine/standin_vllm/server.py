@@ -404,9 +404,12 @@ class App:
         usage_null = b',"usage":null' if include_usage else b""
         last = len(words) - 1
 
+        empty_every = self.engine.settings.empty_text_every
+
         def emit(i: int) -> None:
             reason = b'"' + finish.encode() + b'"' if i == last else b"null"
-            text = json.dumps(words[i]).encode()
+            empty = empty_every > 0 and (i + 1) % empty_every == 0
+            text = b'""' if empty else json.dumps(words[i]).encode()
             out = b""
             if chat:
                 if i == 0:

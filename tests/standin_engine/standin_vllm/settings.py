@@ -37,6 +37,9 @@ class Settings:
     trace_file: str = ""  # STANDIN_TRACE_FILE=path: one JSON line per request (monotonic times)
     log_stats_s: float = 10.0  # STANDIN_LOG_STATS_S: period of the throughput log line
     version: str = "0.11.0+standin"  # STANDIN_VERSION: what `vllm --version` prints
+    # STANDIN_EMPTY_TEXT_EVERY=N: every Nth generated token streams with empty text, as vLLM
+    # does for special tokens and bytes held back until a UTF-8 character is complete.
+    empty_text_every: int = 0
 
 
 def _convert(kind: type, raw: str) -> object:
