@@ -171,5 +171,7 @@ def test_ssh_host_keys_are_checked_except_on_the_simulated_fleet():
     shared = yaml.safe_load((REPO / "molecule" / "shared" / "group_vars" / "all.yml").read_text())
     assert shared["ansible_host_key_checking"] is False
     for inventory in (REPO / "inventory").rglob("*.yml"):
+        if inventory.name == "simulated.yml":  # the simulated fleet's own inventory
+            continue
         text = inventory.read_text()
         assert "host_key_checking" not in text and "StrictHostKeyChecking" not in text, inventory
