@@ -16,7 +16,6 @@ SUBCOMMANDS: tuple[str, ...] = (
     "onecat.fleet.simulated",
     "onecat.fleet.deploy",
     "onecat.model.cli",
-    "onecat.model.model_cli",
     "onecat.bench.cli",
     "onecat.report.cli",
     "onecat.health.cli",

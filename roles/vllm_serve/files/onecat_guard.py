@@ -1,1 +1,0 @@
-../../../onecat/serve/guard.py
