@@ -18,7 +18,7 @@ author: onecat developers
 options:
   hosts:
     description: Host name to its facts (C(onecat_stage), C(onecat_stages_passed),
-      C(onecat_preflight), C(gpu_health), C(vllm_serve_result)).
+      C(onecat_preflight), C(gpu_health), C(vllm_serve_result), C(gateway_node_state)).
     type: dict
     required: true
   run_id:
@@ -61,7 +61,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.onecat.fleet.rollout import render_table, summarize
 
 FACT_KEYS = ("onecat_stage", "onecat_stages_passed", "onecat_skip_reason", "onecat_hold_reason",
-             "onecat_preflight", "gpu_health", "vllm_serve_result")
+             "onecat_preflight", "gpu_health", "vllm_serve_result", "gateway_node_state")
 
 
 def main() -> None:

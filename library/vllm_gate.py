@@ -37,6 +37,13 @@ options:
     description: Bearer token, when the server requires one.
     type: str
     default: ""
+  api_key_file:
+    description:
+      - An environment file on the node (the unit's C(--env-file)); its C(VLLM_API_KEY) is the
+        bearer token, so a server is always gated with the keys it runs with. Overrides
+        O(api_key); a missing file means no key.
+    type: path
+    default: ""
   smoke:
     description: Send the smoke completion once the server is ready.
     type: bool
@@ -94,7 +101,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.onecat.serve.gate import smoke, wait_ready
+from ansible.module_utils.onecat.serve.gate import key_from_env_file, smoke, wait_ready
 
 
 def unit_state(unit: str) -> tuple[str, int]:
@@ -134,6 +141,7 @@ def main() -> None:
             "timeout": {"type": "int", "default": 900},
             "interval": {"type": "float", "default": 2},
             "api_key": {"type": "str", "default": "", "no_log": True},
+            "api_key_file": {"type": "path", "default": ""},
             "smoke": {"type": "bool", "default": True},
             "smoke_prompt": {"type": "str", "default": "The capital of France is"},
             "smoke_max_tokens": {"type": "int", "default": 16},
@@ -147,8 +155,20 @@ def main() -> None:
         module.exit_json(changed=False, ready=False, smoke_passed=False, elapsed=0.0,
                          msg="check mode: the server was not probed")
     url = p["url"].rstrip("/")
+    api_key = p["api_key"]
+    if p["api_key_file"]:
+        try:
+            with open(p["api_key_file"], encoding="utf-8") as handle:
+                api_key = key_from_env_file(handle.read())
+        except FileNotFoundError:
+            api_key = ""
+        except OSError as error:
+            module.fail_json(msg=f"{host}: cannot read the key file {p['api_key_file']}: "
+                                 f"{error.strerror}")
+    if api_key:
+        module.no_log_values.add(api_key)
     start = time.monotonic()
-    ready, reason = wait_ready(url, p["served_model_name"], p["timeout"], p["api_key"],
+    ready, reason = wait_ready(url, p["served_model_name"], p["timeout"], api_key,
                                death_watch(p["unit"]), p["interval"])
     elapsed = round(time.monotonic() - start, 1)
     if not ready:
@@ -158,7 +178,7 @@ def main() -> None:
         module.exit_json(changed=False, ready=True, smoke_passed=False, elapsed=elapsed,
                          msg=f"{host}: {reason} after {elapsed} s (no smoke test asked)")
     passed, why, text = smoke(url, p["served_model_name"], p["smoke_prompt"],
-                              p["smoke_max_tokens"], p["api_key"])
+                              p["smoke_max_tokens"], api_key)
     if not passed:
         module.fail_json(msg=f"{host}: the server at {url} failed its smoke test: {why}",
                          ready=True, smoke_passed=False, smoke_text=text, elapsed=elapsed)

@@ -16,6 +16,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "onecat.fleet.simulated",
     "onecat.fleet.deploy",
     "onecat.model.cli",
+    "onecat.model.model_cli",
     "onecat.bench.cli",
     "onecat.report.cli",
     "onecat.health.cli",

@@ -14,8 +14,9 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 2
 fi
 
-packages=(docker.io debootstrap python3-venv gcc libc6-dev tar gzip ca-certificates git
-  dpkg-dev gnupg)
+# systemd: its systemd-analyze verifies the rendered serve unit (tests/roles/test_serve_role.py).
+packages=(docker.io debootstrap python3-venv gcc libc6-dev tar gzip ca-certificates git rsync
+  dpkg-dev gnupg haproxy systemd)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "${pkg}" 2>/dev/null | grep -q "install ok installed" \

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The main job with zero hardware: bring up the simulated 2xV100 fleet (three
-# Debian 12 systemd nodes in Docker, one with a bad card) and roll site.yml out
-# to it. `scripts/demo.sh down` destroys the fleet again.
+# The main job with zero hardware, done the way a user does it on real hardware:
+#   onecat fleet up                              three simulated 2xV100 nodes in Docker
+#   onecat deploy -i inventory/simulated.yml     site.yml with live progress and the summary
+#   one completion and a short benchmark through the gateway, then the fleet report.
+# Every sentence at the end is computed from rollout.json and the results.
+# `scripts/demo.sh down` destroys the fleet again.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo}"
@@ -12,5 +15,44 @@ if [ "${1:-up}" = "down" ]; then
   fi
   exec .venv/bin/onecat fleet down
 fi
+started=$(date +%s)
 bash scripts/bootstrap.sh
-exec .venv/bin/onecat fleet up --converge
+export PATH="${repo}/.venv/bin:${PATH}"
+say() { printf '\n== %s\n' "$*"; }
+
+say "onecat fleet up"
+onecat fleet up
+
+say "onecat deploy -i inventory/simulated.yml"
+mkdir -p results
+stamp="$(mktemp)"
+deploy_rc=0
+onecat deploy -i inventory/simulated.yml || deploy_rc=$?
+rollout="$(find results -mindepth 2 -maxdepth 2 -name rollout.json -newer "${stamp}" | sort | tail -n 1)"
+rm -f "${stamp}"
+if [ -z "${rollout}" ]; then
+  echo "demo.sh: the deploy wrote no rollout.json (exit ${deploy_rc}); see its output above" >&2
+  exit 1
+fi
+run_dir="$(dirname "${rollout}")"
+
+# The gateway: the inventory's group `gateway`, reached at its container's address.
+gateway_host="$(ansible-inventory -i inventory/simulated.yml --list \
+  | python3 -c 'import json,sys; print((json.load(sys.stdin).get("gateway", {}).get("hosts") or [""])[0])')"
+address="$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "${gateway_host}")"
+gateway="http://${address}:8000"
+model="$(curl -fsS "${gateway}/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')"
+
+say "one completion through the gateway (${gateway})"
+curl -fsS "${gateway}/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\": \"${model}\", \"prompt\": \"The capital of France is\", \"max_tokens\": 12, \"temperature\": 0}" \
+  > "${run_dir}/completion.json"
+python3 -m json.tool "${run_dir}/completion.json"
+
+say "a short benchmark through the gateway"
+onecat bench --url "${gateway}" --out "${run_dir}/gateway" --concurrency 1,4 --input-len 64 \
+  --output-len 32 --requests-per-level 8 --warmup 1 --gateway-stats "http://${address}:8404/stats"
+
+say "the fleet report"
+onecat report "${run_dir}" --no-plots
+python3 scripts/demo_summary.py "${run_dir}" "${gateway}" "$(( $(date +%s) - started ))"

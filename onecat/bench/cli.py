@@ -97,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write every request (id, TTFT, TPOT, E2E, tokens, error) "
                              "into bench-c<N>.json")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("--gateway-stats", metavar="URL",
+                        help="with --url at an onecat gateway: its stats page (e.g. "
+                             "http://127.0.0.1:8404/stats), read before and after the run; "
+                             "each node's share of the requests goes into gateway-share.json")
     # Fleet mode (-i) also takes ansible-playbook's --limit/--check/-e/--tags. Imported here so
     # that `python -m onecat.bench` on a node needs nothing beyond this package.
     from onecat.fleet.deploy import add_run_options
@@ -147,6 +151,24 @@ def _read_key(path: Path) -> str:
     return key
 
 
+def _write_share(args: argparse.Namespace, before: str) -> None:
+    import json
+
+    from onecat.gateway.runtime import RuntimeApiError
+    from onecat.gateway.share import fetch_stats, share
+
+    try:
+        document = share(before, fetch_stats(args.gateway_stats))
+    except (OSError, ValueError, RuntimeApiError) as exc:
+        print(f"onecat bench: --gateway-stats: no per-node share ({exc})", file=sys.stderr)
+        return
+    (args.out / "gateway-share.json").write_text(json.dumps(document, indent=2) + "\n")
+    parts = ", ".join(f"{name} {row['requests']} ({row['share']:.0%})"
+                      for name, row in document["servers"].items())
+    if not args.quiet:
+        print(f"onecat bench: requests per node through the gateway: {parts}", file=sys.stderr)
+
+
 # The single-server defaults (the seed's section 4.1 shape).
 SINGLE_SERVER_DEFAULTS = {"concurrency": [1, 8, 16, 32], "input_len": 500, "output_len": 256,
                           "warmup": 2, "seed": 0, "timeout": 600.0}
@@ -166,6 +188,16 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f"onecat bench: {problem}", file=sys.stderr)
         return 2
+    stats_before = None
+    if args.gateway_stats:
+        from onecat.gateway.share import fetch_stats
+
+        try:
+            stats_before = fetch_stats(args.gateway_stats)
+        except (OSError, ValueError) as exc:
+            print(f"onecat bench: --gateway-stats {args.gateway_stats}: cannot read the "
+                  f"gateway's stats ({exc})", file=sys.stderr)
+            return 2
     try:
         goodput = parse_goodput(args.goodput) if args.goodput else None
     except ValueError as exc:
@@ -192,6 +224,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"onecat bench: cannot write results to {args.out}: {exc.strerror}",
               file=sys.stderr)
         return 1
+    if stats_before is not None:
+        _write_share(args, stats_before)
     if not any(level["completed"] for level in levels):
         errors: dict[str, int] = {}
         for level in levels:

@@ -6,7 +6,8 @@ Input per host is the small subset of its hostvars that the stages set:
 ``onecat_stage`` (last stage entered), ``onecat_stages_passed``, ``onecat_skip_reason``
 (the rollout stopped before the host's batch), ``onecat_hold_reason`` (why a batched
 stage held the host out),
-``onecat_preflight``, ``gpu_health`` and ``vllm_serve_result``.
+``onecat_preflight``, ``gpu_health``, ``vllm_serve_result`` and ``gateway_node_state`` (what
+the serve stage recorded for the gateway: in rotation or held out, and why).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-STAGES = ("preflight", "driver", "runtime", "health", "serve", "benchmark")
+STAGES = ("preflight", "driver", "runtime", "model", "health", "serve", "benchmark")
 
 
 def _object(value: Any) -> Mapping[str, Any]:
@@ -71,8 +72,16 @@ def summarize_host(host: str, facts: Mapping[str, Any]) -> dict[str, Any]:
         "serving": None if serve is None else bool(serve.get("serving")),
         "rolled_back": bool((serve or {}).get("rolled_back")),
         "image": (serve or {}).get("image_id"),
+        # None: no gateway state recorded in this run (no serve stage, or no gateway role).
+        "in_rotation": _in_rotation(facts.get("gateway_node_state")),
         "reasons": reasons,
     }
+
+
+def _in_rotation(state: Any) -> bool | None:
+    if not isinstance(state, Mapping) or "in_rotation" not in state:
+        return None
+    return bool(state.get("in_rotation")) and bool(state.get("serving"))
 
 
 def summarize(hosts: Mapping[str, Mapping[str, Any]], run_id: str = "") -> dict[str, Any]:
@@ -83,18 +92,20 @@ def summarize(hosts: Mapping[str, Mapping[str, Any]], run_id: str = "") -> dict[
         "held": [row["host"] for row in rows if row["status"].startswith("held")],
         "serving": [row["host"] for row in rows if row["serving"]],
         "rolled_back": [row["host"] for row in rows if row["rolled_back"]],
+        "in_rotation": [row["host"] for row in rows if row["in_rotation"]],
     }
 
 
 def render_table(summary: Mapping[str, Any]) -> str:
     """A fixed-width table, one line per host, reasons indented below it."""
-    header = f"{'host':<20} {'stage':<10} {'status':<18} {'verdict':<10} {'serving':<8} rolled back"
+    header = (f"{'host':<20} {'stage':<10} {'status':<18} {'verdict':<10} {'serving':<8} "
+              f"{'rolled back':<12} in rotation")
     lines = [header, "-" * len(header)]
     for row in summary["hosts"]:
         lines.append(
             f"{row['host']:<20} {row['stage']:<10} {row['status']:<18} "
             f"{row['verdict'] or '-':<10} {_yes_no(row['serving']):<8} "
-            f"{'yes' if row['rolled_back'] else 'no'}"
+            f"{'yes' if row['rolled_back'] else 'no':<12} {_yes_no(row.get('in_rotation'))}"
         )
         lines.extend(f"    - {reason}" for reason in row["reasons"])
     return "\n".join(lines)

@@ -264,14 +264,7 @@ def run_playbook(
             limit=absolute_file_arg(limit) if limit else None,
             tags=tags,
             cmdline=" ".join(_quote(c) for c in cmdline),
-            envvars={
-                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-                "ANSIBLE_NOCOLOR": "1",
-                # An inventory that does not parse fails the run (it would skip every play).
-                "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1",
-                # The ansible-playbook installed beside this Python (the venv) comes first.
-                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-            },
+            envvars=runner_env(),
             # No env/ files (they would repeat the command line and environment) and no
             # fact cache on disk (nodes' facts include their environment): run-only facts.
             suppress_env_files=True,
@@ -284,6 +277,24 @@ def run_playbook(
         shutil.rmtree(secrets, ignore_errors=True)
         scrub_artifacts(private)
     return RunOutcome(run_id, run_dir, int(runner.rc), str(runner.status), printer.hosts)
+
+
+def runner_env() -> dict[str, str]:
+    """The environment of the ansible-playbook that ansible-runner starts.
+
+    ansible-runner turns SSH host-key checking off unless told otherwise
+    (ANSIBLE_HOST_KEY_CHECKING=False in its default environment); onecat says True, so a
+    machine that answers at a node's address without the node's key gets no root session.
+    The simulated fleet turns it off in its own inventory."""
+    return {
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        # An inventory that does not parse fails the run (it would skip every play).
+        "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1",
+        # The ansible-playbook installed beside this Python (the venv) comes first.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
 
 
 def absolute_file_arg(value: str) -> str:

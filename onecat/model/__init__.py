@@ -1,11 +1,15 @@
-"""The model: what a checkpoint really is and whether it fits.
+"""The model: where a checkpoint comes from, what it really is and whether it fits.
 
 safetensors.py reads shard headers (never tensor data); checkpoint.py detects
 the quantization format and the architecture; engines.py holds what each engine
 version can load on which GPU; plan.py plans memory per GPU and the serve flags;
-cli.py is `onecat plan`.
+cli.py is `onecat plan` (a directory, or hf:ORG/NAME@REV read over HTTP).
+source.py parses model sources (hf:, file:, node:) and picks the files the engine
+loads; manifest.py writes and checks onecat-manifest.json (files, sizes, sha256,
+source, commit); fetch.py fetches once through huggingface_hub (controller only) and
+plans a Hub model from its headers; model_cli.py is `onecat model fetch|verify`.
 
 Ships to nodes (stdlib only, relative imports): safetensors.py, checkpoint.py,
-engines.py, plan.py — used by library/model_plan.py as
-ansible.module_utils.onecat.model.*.
+engines.py, plan.py — used by library/model_plan.py — and manifest.py, used by
+library/model_verify.py, as ansible.module_utils.onecat.model.*.
 """

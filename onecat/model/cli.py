@@ -1,4 +1,7 @@
-"""`onecat plan MODEL_DIR`: can this checkpoint serve on these GPUs, and with which flags?
+"""`onecat plan MODEL_DIR|hf:ORG/NAME@REV`: can this checkpoint serve on these GPUs, and how?
+
+An hf: source is planned from its config files and safetensors headers read over HTTP
+(onecat.model.fetch.plan_remote): the same plan, without downloading the weights.
 
 Exit status: 0 the plan is servable (it fits and nothing is wrong), 1 it does not fit or
 has problems (the plan is still printed), 2 invalid input (one line on stderr).
@@ -12,6 +15,7 @@ import sys
 from typing import Any
 
 from onecat.model.engines import DEFAULT_ENGINE, DEFAULT_ENGINE_VERSION, ENGINES
+from onecat.model.fetch import FetchError, plan_remote
 from onecat.model.plan import (
     DEFAULTS,
     GIB,
@@ -34,7 +38,9 @@ def register(subparsers: Any) -> None:
         epilog="Exit status: 0 fits and servable, 1 does not fit or has problems, "
         "2 invalid input.",
     )
-    parser.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    parser.add_argument("model_dir", metavar="MODEL_DIR",
+                        help="Hugging Face model directory, or hf:ORG/NAME[@REVISION] "
+                        "(read over HTTP from HF_ENDPOINT: config and safetensors headers only)")
     parser.add_argument("--gpus", type=int, default=DEFAULTS["gpus"],
                         help="GPUs on the node (default: %(default)s)")
     parser.add_argument("--gpu-memory-gib", type=float, default=DEFAULTS["gpu_memory_gib"],
@@ -92,25 +98,28 @@ def _load_health(path: str | None) -> Any:
 def run(args: argparse.Namespace) -> int:
     try:
         health = _load_health(args.health)
-        plan = plan_model(
-            args.model_dir,
-            health=health,
-            gpus=args.gpus,
-            gpu_memory_gib=args.gpu_memory_gib,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            max_model_len=args.max_model_len,
-            tensor_parallel_size=args.tensor_parallel_size,
-            kv_cache_dtype=args.kv_cache_dtype,
-            engine=args.engine,
-            engine_version=args.engine_version,
-            compute_capability=args.compute_capability,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            max_num_seqs=args.max_num_seqs,
-            cuda_context_gib=args.cuda_context_gib,
-            non_torch_gib=args.non_torch_gib,
-            cuda_graph_gib=args.cuda_graph_gib,
-        )
-    except INVALID_INPUT as error:
+        options = {
+            "health": health,
+            "gpus": args.gpus,
+            "gpu_memory_gib": args.gpu_memory_gib,
+            "gpu_memory_utilization": args.gpu_memory_utilization,
+            "max_model_len": args.max_model_len,
+            "tensor_parallel_size": args.tensor_parallel_size,
+            "kv_cache_dtype": args.kv_cache_dtype,
+            "engine": args.engine,
+            "engine_version": args.engine_version,
+            "compute_capability": args.compute_capability,
+            "max_num_batched_tokens": args.max_num_batched_tokens,
+            "max_num_seqs": args.max_num_seqs,
+            "cuda_context_gib": args.cuda_context_gib,
+            "non_torch_gib": args.non_torch_gib,
+            "cuda_graph_gib": args.cuda_graph_gib,
+        }
+        if args.model_dir.startswith("hf:"):
+            plan = plan_remote(args.model_dir, plan_model, **options)
+        else:
+            plan = plan_model(args.model_dir, **options)
+    except (*INVALID_INPUT, FetchError) as error:
         print(f"onecat plan: {error}", file=sys.stderr)
         return 2
     if args.json:

@@ -55,9 +55,47 @@ def make_report(run_dir: Path, out: Path, threshold: float = DEFAULT_THRESHOLD,
     run_id = run_dir.resolve().name
     args = (run_id, nodes, medians, outliers, failed, threshold, warnings, written)
     document = build_json(*args)
+    shares = load_shares(run_dir, warnings)
+    markdown = build_markdown(*args)
+    if shares:
+        document["gateway_share"] = shares
+        markdown = markdown.rstrip("\n") + "\n\n" + share_markdown(shares, nodes) + "\n"
     (out / "report.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    (out / "report.md").write_text(build_markdown(*args))
+    (out / "report.md").write_text(markdown)
     return document
+
+
+def load_shares(run_dir: Path, warnings: list[str]) -> dict[str, dict]:
+    """gateway-share.json files (written by `onecat bench --gateway-stats`), by folder name."""
+    shares: dict[str, dict] = {}
+    for path in sorted(run_dir.glob("*/gateway-share.json")):
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data.get("servers"), dict):
+                raise ValueError("no servers")
+        except (OSError, ValueError, AttributeError) as exc:
+            warnings.append(f"skipped {path}: {exc}")
+            continue
+        shares[path.parent.name] = data
+    return shares
+
+
+def share_markdown(shares: dict[str, dict], nodes: list) -> str:
+    """Each node's share of the requests through the gateway, next to its own best result."""
+    best = {node.host: max((lvl.get("output_throughput") or 0.0)
+                           for lvl in node.levels.values()) for node in nodes}
+    lines = ["## Requests per node through the gateway", "",
+             "From HAProxy's stats (sessions per server during the run through the gateway).", ""]
+    for run, data in shares.items():
+        lines += [f"Run `{run}`: {data.get('total', 0)} requests.", "",
+                  "| node | requests | share | gateway status | node's own best output tok/s |",
+                  "|---|---|---|---|---|"]
+        for name, row in sorted(data["servers"].items()):
+            own = f"{best[name]:.1f}" if name in best else "-"
+            lines.append(f"| {name} | {row.get('requests', 0)} | {row.get('share', 0):.1%} | "
+                         f"{row.get('status', '')} | {own} |")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -32,20 +32,33 @@ ROLE_FLAGS: dict[str, str] = {
     "--model": "vllm_serve_model_dir",
     "--api-key": "vllm_serve_api_key (it is read from a root-only environment file, "
     "never put on the command line)",
+    "--middleware": "vllm_serve_api_key (the role loads its key guard as middleware)",
 }
+# The middleware that makes every path need a key (roles/vllm_serve/files/onecat_guard.py).
+GUARD_MIDDLEWARE = "onecat_guard.Guard"
 # The head of the command, in this order; the rest keep the planner's order.
 HEAD_ORDER = ("--dtype", "--tensor-parallel-size", "--max-model-len",
               "--gpu-memory-utilization", "--max-num-seqs")
 _FLAG_RE = re.compile(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)")
-_SAFE_RE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+_SAFE_RE = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def normalise_flag(item: str) -> str:
+    """A long flag as vLLM's parser reads it: '--api_key=x' -> '--api-key=x' (name part only)."""
+    text = str(item)
+    if not text.startswith("--"):
+        return text
+    name, sep, value = text.partition("=")
+    return "--" + name[2:].replace("_", "-") + sep + value
 
 
 def flag_name(key: str) -> str:
-    """'max_num_seqs' / 'max-num-seqs' / '--max-num-seqs' -> '--max-num-seqs'."""
+    """'max_num_seqs' / 'max-num-seqs' / '--max_num_seqs' -> '--max-num-seqs'."""
     name = str(key).strip()
     if not name.startswith("-"):
-        name = "--" + name.replace("_", "-")
-    return name
+        name = "--" + name
+    return normalise_flag(name)
 
 
 def merge_args(planned: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -78,6 +91,7 @@ def _pairs(argv: list[str]) -> list[tuple[str, str | None]]:
     for index, item in enumerate(argv):
         if not item.startswith("-") or re.match(r"^-\d", item):
             continue
+        item = normalise_flag(item)
         if "=" in item:
             name, value = item.split("=", 1)
             pairs.append((name, value))
@@ -93,6 +107,28 @@ def accepted_flags(help_text: str) -> set[str]:
     return set(_FLAG_RE.findall(help_text or ""))
 
 
+def help_problems(help_text: str, required: bool) -> list[str]:
+    """The flag check fails closed: a help text that lists no known flag is no answer."""
+    if required and "--max-model-len" not in accepted_flags(help_text):
+        return ["the engine image's `vllm serve --help=all` lists no flags (not even "
+                "--max-model-len), so its flags cannot be checked; fix the image, or set "
+                "vllm_serve_check_flags_with_image: false to skip the check deliberately"]
+    return []
+
+
+def role_flag_of(name: str, accepted: set[str] | None = None) -> str | None:
+    """The role-owned flag `name` is, or abbreviates (argparse accepts unique prefixes)."""
+    if name in ROLE_FLAGS:
+        return name
+    if accepted and name in accepted:
+        return None
+    if len(name) > 3:
+        for owned in ROLE_FLAGS:
+            if owned.startswith(name):
+                return owned
+    return None
+
+
 def check_argv(engine: str, argv: list[str], capability: int,
                accepted: set[str] | None = None, role_owned: bool = True) -> list[str]:
     """Problems with these engine arguments, one actionable sentence each."""
@@ -103,8 +139,10 @@ def check_argv(engine: str, argv: list[str], capability: int,
         if name in REMOVED_FLAGS:
             problems.append(f"{name} {REMOVED_FLAGS[name]}")
             continue
-        if role_owned and name in ROLE_FLAGS:
-            problems.append(f"{name} is set by the role: use {ROLE_FLAGS[name]}")
+        owned = role_flag_of(name, accepted) if role_owned else None
+        if owned:
+            what = name if owned == name else f"{name} (read as {owned})"
+            problems.append(f"{what} is set by the role: use {ROLE_FLAGS[owned]}")
             continue
         lowered = (value or "").strip().lower()
         if (name, lowered) in REFUSED_VALUES:
@@ -121,16 +159,28 @@ def check_argv(engine: str, argv: list[str], capability: int,
 
 
 def serve_argv(model_path: str, served_name: str, host: str, port: int,
-               args: dict[str, Any], extra_args: list[str]) -> list[str]:
-    """The arguments after `vllm`: serve MODEL --served-model-name ... flags ... extra."""
-    return ["serve", model_path, "--served-model-name", served_name, "--host", host,
-            "--port", str(port), *args_to_argv(args), *[str(a) for a in extra_args]]
+               args: dict[str, Any], extra_args: list[str], guard: bool = False) -> list[str]:
+    """The arguments after `vllm`: serve MODEL --served-model-name ... flags ... extra.
+
+    Flag names are written as vLLM reads them (`_` -> `-`), so the unit says what runs."""
+    head = ["serve", model_path, "--served-model-name", served_name, "--host", host,
+            "--port", str(port)]
+    if guard:
+        head += ["--middleware", GUARD_MIDDLEWARE]
+    return [*head, *args_to_argv(args), *[normalise_flag(str(a)) for a in extra_args]]
 
 
 def systemd_quote(arg: str) -> str:
-    """One argument as systemd's ExecStart parses it back: quoted when needed, % and $ escaped."""
-    text = str(arg).replace("%", "%%").replace("$", "$$")
-    if text and _SAFE_RE.match(text):
+    """One argument as systemd's ExecStart parses it back: quoted when needed, % and $ escaped.
+
+    A control character (a newline would end the unit's line and start a new directive) is
+    refused with ValueError: no quoting makes it safe."""
+    raw = str(arg)
+    bad = _CONTROL_RE.search(raw)
+    if bad:
+        raise ValueError(f"{raw[:40]!r} contains the control character {bad.group()!r}")
+    text = raw.replace("%", "%%").replace("$", "$$")
+    if text and _SAFE_RE.fullmatch(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

@@ -82,6 +82,16 @@ def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float
         return status, None
 
 
+def key_from_env_file(text: str, name: str = "VLLM_API_KEY") -> str:
+    """The value of `name` in a docker --env-file text ('' when it has none)."""
+    value = ""
+    for line in (text or "").splitlines():
+        key, sep, rest = line.partition("=")
+        if sep and key.strip() == name and not line.lstrip().startswith("#"):
+            value = rest.strip()
+    return value
+
+
 def served_names(models: Any) -> list[str]:
     """Model ids in an OpenAI /v1/models answer."""
     if not isinstance(models, dict) or not isinstance(models.get("data"), list):
@@ -105,6 +115,11 @@ def wait_ready(base_url: str, served_name: str, timeout_s: float, api_key: str =
                 return True, f"/health is 200 and /v1/models lists {served_name!r}"
             last = (f"/v1/models answered {status} listing {names} (waiting for "
                     f"{served_name!r})")
+        elif status in (401, 403):
+            # A server that refuses the key will not change its mind: no point in waiting.
+            return False, (f"/health answered {status}: the server does not accept the key "
+                           "it was given (the gate sends VLLM_API_KEY from the unit's "
+                           "environment file)")
         elif status:
             last = f"/health answered {status}"
         death = is_dead() if is_dead else ""

@@ -68,3 +68,41 @@ def check_image_env(env: list[str], what: str, required: bool) -> list[str]:
         return [f"{what} is built on CUDA {values[-1]}; V100 needs CUDA 12.x "
                 "(CUDA 13 removed sm_70)"]
     return []
+
+
+def lock_requirements(text: str) -> list[str]:
+    """The requirement lines of a pip requirements file, continuation lines joined."""
+    joined = re.sub(r"\\\r?\n", " ", text or "")
+    lines = []
+    for line in joined.splitlines():
+        line = re.sub(r"(^|\s)#.*$", "", line).strip()
+        if line:
+            lines.append(" ".join(line.split()))
+    return lines
+
+
+def check_lock(text: str, name: str, torch_spec: str = "") -> list[str]:
+    """Problems of a requirements lock for `pip install --require-hashes`, one sentence each.
+
+    pip refuses the same lock at build time; this names the line before anything is built."""
+    problems: list[str] = []
+    requirements = lock_requirements(text)
+    for line in requirements:
+        if line.startswith("-"):
+            problems.append(f"{name}: option line {line[:60]!r}: a lock holds requirements only "
+                            "(indexes are vllm_serve_image_*_index_url)")
+            continue
+        if "--hash=sha256:" not in line:
+            problems.append(f"{name}: {line[:60]!r} has no --hash=sha256:...: pin every "
+                            "requirement by hash (generate the lock with --generate-hashes)")
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[^=\s;]+", line):
+            problems.append(f"{name}: {line.split()[0][:60]!r} is not pinned with ==")
+    torch = re.match(r"^\s*torch\s*==\s*([^\s;]+)", torch_spec or "")
+    if torch_spec and torch_spec.strip():
+        pinned = [line for line in requirements if re.match(r"^torch==", line, re.IGNORECASE)]
+        if not pinned:
+            problems.append(f"{name} does not pin torch (vllm_serve_image_torch_spec is "
+                            f"{torch_spec!r}): regenerate the lock with torch in it")
+        elif torch and not pinned[0].split()[0].split("==", 1)[1].startswith(torch.group(1)):
+            problems.append(f"{name} pins {pinned[0].split()[0]!r}, not {torch_spec!r}")
+    return problems

@@ -34,8 +34,12 @@ OS = {
 }
 
 
-def run_playbook(playbook: str, hosts: dict[str, dict], tmp_path: Path, check: bool) -> dict:
-    """Run tests/roles/ansible/<playbook> for `hosts` (name -> vars); return the json output."""
+def run_playbook(playbook: str, hosts: dict[str, dict], tmp_path: Path, check: bool,
+                 *, diff: bool = False, path_first: Path | None = None) -> dict:
+    """Run tests/roles/ansible/<playbook> for `hosts` (name -> vars); return the json output.
+
+    `path_first` puts a folder of test doubles first on PATH (the modules run locally).
+    """
     inventory = {"all": {"hosts": {
         name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **hvars}
         for name, hvars in hosts.items()
@@ -51,12 +55,14 @@ def run_playbook(playbook: str, hosts: dict[str, dict], tmp_path: Path, check: b
         "ANSIBLE_LOCALHOST_WARNING": "false",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
         "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        "PATH": ":".join(str(p) for p in (path_first, BIN) if p) + ":" + os.environ.get("PATH", ""),
     }
     cmd = [str(BIN / "ansible-playbook"), "-i", str(inv), str(HERE / "ansible" / playbook),
            "-e", f"out_dir={tmp_path}", "--forks", "10"]
     if check:
         cmd.append("--check")
+    if diff:
+        cmd.append("--diff")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
     try:
         return json.loads(proc.stdout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -115,7 +116,12 @@ def test_ubuntu_distro_archive_server_packages(resolved):
             "key_url": "",
             "version_package": "nvidia-utils-580-server",
             "kernel_module_file": "nvidia",
-            "headers": [f"linux-headers-{kernel}"],
+            # The flavour's metapackage too: the next kernel brings its headers (defect 8).
+            "headers": [f"linux-headers-{kernel}", "linux-headers-generic"],
+            "key_fingerprint": "",
+            "prebuilt": ["nvidia-headless-no-dkms-580-server", "nvidia-utils-580-server",
+                         f"linux-modules-nvidia-580-server-{kernel}",
+                         "linux-modules-nvidia-580-server-generic"],
         }
 
 
@@ -134,6 +140,8 @@ def test_ubuntu_cuda_repository(resolved, host, code):
     assert resolved[host]["apt_repositories"] == [
         {"uri": f"{CUDA}/{code}/x86_64/", "suites": ["/"], "components": []}]
     assert resolved[host]["key_url"] == f"{CUDA}/{code}/x86_64/3bf863cc.pub"
+    # The key is checked against NVIDIA's CUDA repository key before apt trusts it.
+    assert resolved[host]["key_fingerprint"] == "EB693B3035CD5710E231E123A4B469963BF863CC"
     assert resolved[host]["version_package"] == "cuda-drivers-580"
 
 
@@ -143,6 +151,10 @@ def test_debian_non_free_fixes_branch_535(resolved):
         "nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "libnvidia-ml1", "nvidia-persistenced"]
     assert resolved["d12_distro"]["apt_repositories"] == []
     assert resolved["d12_distro"]["kernel_module_file"] == "nvidia-current"
+    assert resolved["d12_distro"]["headers"] == [
+        "linux-headers-6.1.0-28-amd64", "linux-headers-amd64"]
+    # Debian has no prebuilt modules: DKMS.
+    assert resolved["d12_distro"]["prebuilt"] == []
 
 
 def test_mirror_and_package_overrides_win(resolved):
@@ -197,3 +209,121 @@ def test_matching_module_leaves_no_reboot_pending(kernel_stage):
     assert _task_result(data, "match", "Report a driver/library version mismatch.").get("skipped")
     assert _task_result(data, "match", "Say that a reboot is pending.").get("skipped")
     assert host_outcome(data, "match")["failed_task"] is None
+
+
+def _doubles(folder: Path, **scripts: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, body in scripts.items():
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + body + "\n")
+        path.chmod(0o755)
+    return folder
+
+
+def test_reboot_marker_is_written_where_its_folder_does_not_exist_yet(tmp_path):
+    # Defect 1: nothing created /run/onecat, so the marker could never be written and the host
+    # was held out with a misleading error instead of REBOOT PENDING.
+    sysfs = tmp_path / "sysfs"
+    (sysfs / "module" / "nvidia").mkdir(parents=True)
+    (sysfs / "module" / "nvidia" / "version").write_text("1.0.0\n")
+    marker = tmp_path / "run" / "onecat" / "nvidia-driver-reboot-pending"
+    doubles = _doubles(tmp_path / "bin", dkms="exit 0",
+                       modinfo='echo "modinfo: ERROR: Module $6 not found." >&2; exit 1')
+    hosts = {"pending": {"fake_facts": OS["debian12"], "onecat_preflight": VOLTA,
+                         "nvidia_driver_sysfs_root": str(sysfs),
+                         "nvidia_driver_version_package": "dpkg",
+                         "nvidia_driver_reboot_marker": str(marker)}}
+    data = run_playbook("kernel.yml", hosts, tmp_path, check=False, path_first=doubles)
+    outcome = host_outcome(data, "pending")
+    assert outcome["failed_task"] is None, outcome
+    assert "Mark the host as waiting for a reboot so later stages refuse to serve." in (
+        outcome["changed"])
+    content = marker.read_text()
+    assert "loaded=1.0.0" in content and "installed=" in content
+    pending = _task_result(data, "pending", "Say that a reboot is pending.")
+    assert "REBOOT PENDING on pending" in pending["msg"]
+
+
+@pytest.mark.parametrize(("fake", "user"), [("ubuntu24", "nvidia-persistenced"),
+                                            ("debian12", "nvpd")])
+def test_persistence_daemon_runs_in_persistence_mode(tmp_path, fake, user):
+    # Defect 2: Ubuntu's unit starts nvidia-persistenced with --no-persistence-mode.
+    data = run_playbook("persistenced.yml", {"h": {"fake_facts": OS[fake]}}, tmp_path,
+                        check=True, diff=True)
+    result = _task_result(
+        data, "h", "Override the persistence daemon's ExecStart with persistence mode on.")
+    assert result.get("changed"), result
+    diff = result["diff"][0] if isinstance(result["diff"], list) else result["diff"]
+    after = diff["after"]
+    lines = after.splitlines()
+    assert "ExecStart=" in lines  # resets the packaged ExecStart first
+    assert (f"ExecStart=/usr/bin/nvidia-persistenced --user {user} --persistence-mode --verbose"
+            in lines)
+    assert "--no-persistence-mode" not in after.replace("with --no-persistence-mode", "")
+
+
+def test_engine_build_host_is_one_still_in_the_rollout(tmp_path):
+    # Defect 7: the first play host may have been held out by an earlier stage.
+    hosts = {"node-a": {"onecat_hold_reason": "held at health"}, "node-b": {}, "node-c": {}}
+    data = run_playbook("build_host.yml", hosts, tmp_path, check=False)
+    assert host_outcome(data, "node-b")["failed_task"] is None
+    assert (tmp_path / "build_host.txt").read_text() == "node-b"
+
+
+def _candidate(package: str) -> str:
+    out = subprocess.run(["apt-cache", "policy", package], check=True, capture_output=True,
+                         text=True).stdout
+    return re.search(r"Candidate: (\S+)", out).group(1)
+
+
+def _versions_host(tmp: Path) -> dict:
+    return {"fake_facts": OS["debian12"], "nvidia_driver_packages": ["dpkg"],
+            "nvidia_driver_version_package": "dpkg",
+            "nvidia_driver_lock_file": str(tmp / "onecat.lock.json"),
+            "nvidia_driver_apt_preferences_file": str(tmp / "onecat-nvidia-driver.pref")}
+
+
+def test_driver_version_is_resolved_once_pinned_and_locked(tmp_path):
+    # Defect 3: the version is resolved once, recorded next to the engine image, and the whole
+    # family is pinned with an apt preferences file.
+    lock = tmp_path / "onecat.lock.json"
+    lock.write_text(json.dumps({"engine_image": {"image_id": "sha256:abc"}}))
+    data = run_playbook("versions.yml", {"h": _versions_host(tmp_path)}, tmp_path, check=False)
+    assert host_outcome(data, "h")["failed_task"] is None, host_outcome(data, "h")
+    version = _candidate("dpkg")  # the newest the sources offer, not what happens to be installed
+    entry = json.loads(lock.read_text())
+    assert entry["engine_image"] == {"image_id": "sha256:abc"}  # the serve stage's entry stays
+    locked = entry["nvidia_driver"]["Debian-12/distro/535/proprietary"]
+    assert locked["version"] == version
+    assert locked["packages"] == {"dpkg": version}
+    pref = (tmp_path / "onecat-nvidia-driver.pref").read_text()
+    assert f"Pin: version {version}" in pref.splitlines()
+    assert "Pin-Priority: 1001" in pref.splitlines()
+    assert "Package: /^(nvidia-|libnvidia-|libcuda" in pref
+
+
+def test_locked_driver_version_holds_when_the_source_has_another(tmp_path):
+    # The lock names a build the archive no longer calls newest: it is what gets pinned and
+    # installed; the newest version is not even looked up.
+    lock = tmp_path / "onecat.lock.json"
+    before = {"nvidia_driver": {"Debian-12/distro/535/proprietary": {
+        "version": "1.0.0-locked", "version_package": "dpkg", "packages": {"dpkg": "1.0.0-locked"},
+        "locked_at": "2026-01-01T00:00:00Z"}}}
+    lock.write_text(json.dumps(before))
+    data = run_playbook("versions.yml", {"h": _versions_host(tmp_path)}, tmp_path, check=False)
+    assert host_outcome(data, "h")["failed_task"] is None, host_outcome(data, "h")
+    newest = ("Read the newest version of the branch, ignoring the pin "
+              "(no lock entry yet, or an upgrade).")
+    assert _task_result(data, "h", newest).get("skipped")
+    assert "Pin: version 1.0.0-locked" in (tmp_path / "onecat-nvidia-driver.pref").read_text()
+    assert json.loads(lock.read_text()) == before
+
+
+def test_initramfs_handler_runs_the_command(tmp_path):
+    # The handler passed the command list to `cmd` as one string ("[update-initramfs, -u]").
+    calls = tmp_path / "calls"
+    doubles = _doubles(tmp_path / "bin", **{"update-initramfs": f'echo "$@" >> {calls}'})
+    data = run_playbook("initramfs.yml", {"h": {"fake_facts": OS["debian12"]}}, tmp_path,
+                        check=False, path_first=doubles)
+    assert host_outcome(data, "h")["failed_task"] is None, host_outcome(data, "h")
+    assert calls.read_text() == "-u\n"

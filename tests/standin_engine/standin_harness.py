@@ -80,7 +80,8 @@ def environment(env: dict[str, str] | None = None) -> dict[str, str]:
 
 @contextlib.contextmanager
 def standin(workdir: Path, env: dict[str, str] | None = None, args: list[str] | None = None,
-            name: str = "standin-model", ready_s: float = 20.0) -> Iterator[Standin]:
+            name: str = "standin-model", ready_s: float = 20.0,
+            ready_key: str = "") -> Iterator[Standin]:
     model = write_model(workdir / "model")
     port = free_port()
     log = workdir / f"standin-{port}.log"
@@ -96,8 +97,10 @@ def standin(workdir: Path, env: dict[str, str] | None = None, args: list[str] | 
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"stand-in exited {proc.returncode}: {log.read_text()}")
+            probe = urllib.request.Request(url + "/health", headers={
+                "authorization": f"Bearer {ready_key}"} if ready_key else {})
             try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+                with urllib.request.urlopen(probe, timeout=1) as resp:
                     if resp.status == 200:
                         break
             except OSError:

@@ -26,6 +26,7 @@ def test_summary_rows_for_served_held_and_preflight_stopped_hosts():
     assert rows["node-a"] == {
         "host": "node-a", "stage": "serve", "status": "ok", "verdict": "healthy",
         "serving": True, "rolled_back": False, "image": "sha256:abc", "reasons": [],
+        "in_rotation": None,
     }
     assert rows["node-c"]["status"] == "held at health"
     assert rows["node-c"]["reasons"] == [ECC]
@@ -56,7 +57,7 @@ def test_rolled_back_host_keeps_its_reason_and_unknown_failures_say_where():
         "failed during the runtime stage: see this run's log for the task"
     ]
     table = render_table(summary).splitlines()
-    assert table[2].split() == ["canary", "serve", "held", "at", "serve", "-", "yes", "yes"]
+    assert table[2].split() == ["canary", "serve", "held", "at", "serve", "-", "yes", "yes", "-"]
     assert table[3] == "    - smoke test returned one token repeated"
 
 
@@ -75,3 +76,19 @@ def test_batched_stage_hold_reason_is_reported_flattened():
     (row,) = summarize(hosts)["hosts"]
     assert row["status"] == "held at driver"
     assert row["reasons"] == ["nvidia_driver: branch 590 refused on Volta"]
+
+
+def test_gateway_state_says_whether_a_host_is_in_rotation():
+    hosts = {
+        "node-a": {"onecat_stage": "serve", "onecat_stages_passed": ["serve"],
+                   "gateway_node_state": {"serving": True, "in_rotation": True}},
+        "node-b": {"onecat_stage": "serve", "onecat_stages_passed": [],
+                   "vllm_serve_result": {"serving": True, "rolled_back": True, "reason": "gate"},
+                   "gateway_node_state": {"serving": True, "in_rotation": False,
+                                          "reason": "gate"}},
+    }
+    summary = summarize(hosts)
+    rows = {row["host"]: row for row in summary["hosts"]}
+    assert rows["node-a"]["in_rotation"] is True and rows["node-b"]["in_rotation"] is False
+    assert summary["in_rotation"] == ["node-a"]
+    assert render_table(summary).splitlines()[3].split()[-1] == "no"

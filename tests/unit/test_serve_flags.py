@@ -9,11 +9,15 @@ import pytest
 from onecat.serve.flags import (
     accepted_flags,
     check_argv,
+    flag_name,
     group_lines,
+    help_problems,
     merge_args,
+    normalise_flag,
     serve_argv,
     systemd_quote,
 )
+from onecat.serve.image_ref import check_lock
 
 PLANNED = {"--dtype": "half", "--tensor-parallel-size": 2, "--max-model-len": 8192,
            "--gpu-memory-utilization": 0.85, "--max-num-seqs": 40,
@@ -98,3 +102,65 @@ def test_group_lines_keeps_each_value_with_its_flag():
                       {"--dtype": "half", "--enforce-eager": True, "--seed": -1}, [])
     assert group_lines(argv) == ["serve /models/q", "--served-model-name q", "--host 0.0.0.0",
                                  "--port 8000", "--dtype half", "--enforce-eager", "--seed -1"]
+
+
+@pytest.mark.parametrize(("item", "normal"), [
+    ("--api_key", "--api-key"), ("--api_key=a_b", "--api-key=a_b"), ("a_b", "a_b"),
+    ("-q", "-q"), ("--max-num-seqs", "--max-num-seqs"),
+])
+def test_flag_names_are_normalised_like_vllm(item, normal):
+    assert normalise_flag(item) == normal
+    assert flag_name("--max_num_seqs") == flag_name("max_num_seqs") == "--max-num-seqs"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--api_key", "s"], ["--api_key=s"], ["--API-KEY".lower(), "s"], ["--api-k", "s"],
+    ["--served_model_name", "x"], ["--hos", "1.2.3.4"], ["--middleware", "m.M"],
+])
+def test_role_owned_flags_cannot_be_smuggled(argv):
+    problems = check_argv("1cat-vllm", argv, 70)
+    assert len(problems) == 1 and "is set by the role" in problems[0], problems
+
+
+def test_a_listed_flag_is_not_taken_for_an_abbreviation():
+    assert check_argv("vllm", ["--model-impl", "auto"], 70, {"--model-impl"}) == []
+    assert "read as --model" in check_argv("vllm", ["--mod", "x"], 70, {"--model-impl"})[0]
+
+
+def test_the_flag_check_fails_closed():
+    assert help_problems("", True) and help_problems("usage: nothing", True)
+    assert help_problems("", False) == []
+    assert help_problems("  --max-model-len MAX_MODEL_LEN\n", True) == []
+
+
+@pytest.mark.parametrize("arg", ["a\nExecStartPre=/bin/sh", "a\rb", "a\x00", "tab\tx"])
+def test_systemd_quote_refuses_control_characters(arg):
+    with pytest.raises(ValueError, match="control character"):
+        systemd_quote(arg)
+
+
+def test_safe_arguments_are_matched_whole():
+    # `^...$` used to let "x\n" through unquoted (a trailing newline matches `$`).
+    assert systemd_quote("x y") == '"x y"'
+    with pytest.raises(ValueError):
+        systemd_quote("x\n")
+
+
+HASH = "--hash=sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize(("lock", "torch", "problem"), [
+    (f"torch==2.10.0+cu128 \\\n    {HASH}\nnumpy==2.1.0 {HASH}\n", "torch==2.10.0", None),
+    ("# only comments\n", "", None),
+    ("six==1.16.0\n", "", "has no --hash=sha256"),
+    (f"six>=1.16 {HASH}\n", "", "is not pinned with =="),
+    (f"--index-url https://x {HASH}\n", "", "a lock holds requirements only"),
+    (f"numpy==2.1.0 {HASH}\n", "torch==2.10.0", "does not pin torch"),
+    (f"torch==2.9.0 {HASH}\n", "torch==2.10.0", "pins 'torch==2.9.0', not 'torch==2.10.0'"),
+])
+def test_the_image_lock_pins_every_requirement_by_hash(lock, torch, problem):
+    problems = check_lock(lock, "lock.txt", torch)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problem in problems[0], problems

@@ -45,11 +45,44 @@ def test_toolkit_pinned_to_one_version_and_held(host, package):
     assert _selection(host, package) == "hold"
 
 
-def test_toolkit_repository_is_signed_by_the_configured_key(host):
+def test_toolkit_repository_is_a_deb822_source_signed_by_the_checked_key(host):
+    if host.backend.hostname == "onecat-node2":
+        pytest.skip("the existing host keeps its own entry (test_existing_host.py)")
     keyring = "/etc/apt/keyrings/onecat-nvidia-container-toolkit.asc"
-    source = host.file("/etc/apt/sources.list.d/onecat-nvidia-container-toolkit.list")
-    assert f"deb [signed-by={keyring}] file:///opt/onecat-test/apt /" in source.content_string
+    source = host.file("/etc/apt/sources.list.d/onecat-nvidia-container-toolkit.sources")
+    assert source.content_string.splitlines()[1:] == [
+        "Types: deb", "URIs: file:///opt/onecat-test/apt", "Suites: /", f"Signed-By: {keyring}"]
+    assert not host.file("/etc/apt/sources.list.d/onecat-nvidia-container-toolkit.list").exists
     assert "BEGIN PGP PUBLIC KEY BLOCK" in host.file(keyring).content_string
+
+
+def test_fresh_host_gets_the_distribution_engine_held(host):
+    if host.backend.hostname == "onecat-node2":
+        pytest.skip("the existing host keeps docker-ce (test_existing_host.py)")
+    # Docker's repository cannot be reached here, so source auto falls back to docker.io.
+    assert host.package("docker.io").is_installed
+    for package in ["docker.io", "containerd", "runc"]:
+        assert _selection(host, package) == "hold"
+    conf = host.file("/etc/apt/apt.conf.d/51onecat-container-runtime").content_string
+    assert '"^docker[.]io$";' in conf
+    dump = host.check_output("apt-config dump Unattended-Upgrade::Package-Blacklist")
+    assert '"^nvidia-container-toolkit$";' in dump
+
+
+def test_dev_char_symlink_rule_installed(host):
+    rule = host.file("/etc/udev/rules.d/71-nvidia-dev-char.rules").content_string
+    assert ('ACTION=="add", DEVPATH=="/bus/pci/drivers/nvidia", '
+            'RUN+="/usr/bin/nvidia-ctk system create-dev-char-symlinks --create-all"') in rule
+
+
+def test_driver_family_pinned_to_the_locked_version(host):
+    from conftest import read_lock
+    locked = read_lock()["nvidia_driver"]["Debian-12/distro/535/proprietary"]
+    pref = host.file("/etc/apt/preferences.d/onecat-nvidia-driver").content_string.splitlines()
+    assert f"Pin: version {locked['version']}" in pref
+    assert "Pin-Priority: 1001" in pref
+    for package, version in locked["packages"].items():
+        assert host.package(package).version == version, package
 
 
 def test_nouveau_blacklisted(host):
@@ -75,7 +108,9 @@ def test_persistence_daemon_enabled(host):
 def test_daemon_json_merged_keeps_user_keys(host):
     config = json.loads(host.file("/etc/docker/daemon.json").content_string)
     assert config["runtimes"]["nvidia"] == {"args": [], "path": "nvidia-container-runtime"}
-    assert config["exec-opts"] == ["native.cgroupdriver=cgroupfs"]
+    assert config["live-restore"] is True
+    if host.backend.hostname == "onecat-node1":  # node2's drop-in passes --exec-opt itself
+        assert config["exec-opts"] == ["native.cgroupdriver=cgroupfs"]
     # Planted by prepare.yml before the roles ran.
     assert config["log-driver"] == "json-file"
     assert config["log-opts"] == {"max-size": "10m", "max-file": "3"}
@@ -99,5 +134,5 @@ def test_docker_active_with_the_merged_configuration(host):
     assert info["LoggingDriver"] == "json-file"
 
 
-def test_no_reboot_marker_in_a_container(host):
+def test_no_reboot_marker_after_a_clean_install(host):
     assert not host.file("/run/onecat/nvidia-driver-reboot-pending").exists

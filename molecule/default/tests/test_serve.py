@@ -6,7 +6,9 @@ import json
 import re
 import time
 
+import pytest
 from conftest import read_lock
+from exposure import answers_without_key, listeners, node, node_address
 
 MODEL = "qwen25-7b-nvfp4"
 UNIT = "/etc/systemd/system/vllm.service"
@@ -50,6 +52,7 @@ def test_unit_runs_the_locked_image_with_the_v100_flags(host):
     assert unit.mode == 0o644
     content = unit.content_string
     lock = read_lock()["engine_image"]
+    revision = f"{MODEL}@{read_lock()['model']['commit'][:12]}"
     assert unit_image(host) == lock["image_id"]
     assert f"    {lock['image_id']} \\\n    serve /models/{MODEL} \\\n" in content
     for line in (
@@ -60,8 +63,9 @@ def test_unit_runs_the_locked_image_with_the_v100_flags(host):
         "StartLimitBurst=5",
         "TimeoutStartSec=900",
         "    --ipc=host \\",
-        "    --publish 0.0.0.0:8000:8000 \\",
-        f"    --volume /srv/models/{MODEL}:/models/{MODEL}:ro \\",
+        "    --publish 127.0.0.1:8000:8000 \\",
+        # The model stage's verified revision, mounted at a path that does not change.
+        f"    --volume /srv/models/{revision}:/models/{MODEL}:ro \\",
         "    --env-file /etc/onecat/vllm.env \\",
         "    --env CUDA_DEVICE_ORDER=PCI_BUS_ID \\",
         "    --env HF_HUB_OFFLINE=1 \\",
@@ -115,3 +119,29 @@ def test_docker_kill_is_healed_by_systemd(host):
     restarts = int(host.check_output("systemctl show vllm -p NRestarts --value"))
     assert restarts >= 1
     assert completion(host).strip()
+
+
+def test_what_served_is_recorded_for_the_next_rollback(host):
+    record = json.loads(host.file("/var/lib/onecat/serve/serving.json").content_string)
+    assert record["image_id"] == read_lock()["engine_image"]["image_id"]
+    assert record["served_model_name"] == MODEL
+    assert record["url"] == "http://127.0.0.1:8000"
+    assert record["unit_sha256"] == host.file(UNIT).sha256sum
+    assert record["env_sha256"] == host.file("/etc/onecat/vllm.env").sha256sum
+    assert host.file("/var/lib/onecat/serve/serving.json").mode == 0o600
+
+
+def test_fresh_rollout_answers_nothing_without_a_key_from_another_node(host):
+    """Done-when of issue 17: no port answers without a key on a non-loopback address."""
+    if host.backend.hostname != "onecat-node1":
+        pytest.skip("runs once: onecat-node2 probes onecat-node1")
+    assert host.check_output("docker port vllm").splitlines() == ["8000/tcp -> 127.0.0.1:8000"]
+    print(f"\nonecat-node1 listens on: {listeners(host)}")
+    open_ports = [port for address, port in listeners(host) if not address.is_loopback]
+    probe = node("onecat-node2")
+    address = node_address("onecat-node1")
+    # The server really is up (on loopback), and nothing else answers from outside.
+    assert host.run("curl -fsS http://127.0.0.1:8000/health").rc == 0
+    assert answers_without_key(probe, address, 8000) == []
+    for port in open_ports:
+        assert answers_without_key(probe, address, port) == [], f"port {port}"

@@ -1,7 +1,9 @@
-"""The fleet rollout, in order: first rollout, a broken upgrade, a re-run with nothing changed.
+"""The fleet rollout, in order: first rollout, a broken upgrade, a good upgrade, a re-run.
 
-fleet-a (healthy PCIe pair) is the canary, fleet-b (healthy NVLink pair) the next batch,
-fleet-c (uncorrectable ECC on GPU 1) is held out by the health stage every time.
+fleet-a (healthy PCIe pair) is the canary, fleet-b (healthy NVLink pair) the next batch and
+the gateway (HAProxy on :8000, its own server on :8001), fleet-c (uncorrectable ECC on GPU 1)
+is held out by the health stage every time. During both upgrades a load client on the
+controller streams completions through the gateway: no request may fail or be cut.
 The tests depend on each other's order, as the rollouts of a real fleet do.
 """
 
@@ -9,20 +11,33 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import testinfra
-from conftest import read_lock
+from conftest import PROJECT, read_lock
+
+sys.path.insert(0, str(PROJECT / "tests"))
+from gateway_load import LoadClient, failed, stream_completion, truncated, ttft_ms
+
+from onecat.gateway.runtime import parse_stat
 
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
 SITE = "- ansible.builtin.import_playbook: @PROJECT@/site.yml"
 BROKEN = json.dumps({"vllm_serve_upgrade": True,
                      "vllm_serve_image_env": {"STANDIN_BROKEN": "1"}})
+# A good new image: the same engine with another version string.
+GOOD_ENV = json.dumps({"vllm_serve_image_env": {"VLLM_SM70_NVFP4_TURBOMIND": "1",
+                                                "STANDIN_VERSION": "0.11.1+standin"}})
+MODEL = "qwen25-7b-nvfp4"
+LOAD_TOKENS = 24
 PROBE_LOG = "/var/tmp/onecat-probe.log"
 # A bounded probe: one /health request every 0.5 s for at most 20 minutes.
 PROBE = (
     "nohup sh -c 'for i in $(seq 1 2400); do "
-    "if curl -fsS -m 2 -o /dev/null http://127.0.0.1:8000/health; "
+    "if curl -fsS -m 2 -o /dev/null http://127.0.0.1:8001/health; "
     "then echo ok; else echo FAIL; fi "
     f">> {PROBE_LOG}; [ -e /var/tmp/onecat-probe.stop ] && break; sleep 0.5; done' "
     ">/dev/null 2>&1 &"
@@ -39,6 +54,53 @@ def node(name: str):
     return testinfra.get_host(
         f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"]
     )
+
+
+def gateway_url() -> str:
+    address = subprocess.run(
+        ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+         "fleet-b"], capture_output=True, text=True, check=True).stdout.strip()
+    return f"http://{address}:8000"
+
+
+def gateway_servers() -> dict[str, dict[str, str]]:
+    """The gateway's server rows (HAProxy's stats CSV on its localhost admin port)."""
+    csv_text = node("fleet-b").check_output("curl -fsS 'http://127.0.0.1:8404/stats;csv'")
+    return {r["svname"]: r for r in parse_stat(csv_text)
+            if r.get("pxname") == "onecat_nodes" and r["svname"] not in ("FRONTEND", "BACKEND")}
+
+
+def wait_for_servers(predicate, timeout: float = 15.0) -> dict[str, dict[str, str]]:
+    """The server rows once `predicate(rows)` holds (agent and health checks run every 2 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = gateway_servers()
+        if predicate(rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(1)
+
+
+def under_load(run_playbook, *args: str) -> tuple:
+    """Run site.yml while 3 clients stream through the gateway; 10 s of load before it."""
+    load = LoadClient(gateway_url(), MODEL, workers=3, max_tokens=LOAD_TOKENS,
+                      max_requests=20_000, max_seconds=1500).start()
+    time.sleep(10)
+    started = time.monotonic()
+    run = run_playbook(SITE, *args)
+    ended = time.monotonic()
+    time.sleep(3)
+    outcomes = load.stop()
+    before = [o for o in outcomes if o.started < started]
+    during = [o for o in outcomes if started <= o.started < ended]
+    return run, outcomes, before, during
+
+
+def report_load(label: str, outcomes, before, during) -> None:
+    print(f"\n{label}: {len(outcomes)} streamed requests through the gateway, "
+          f"{len(failed(outcomes))} failed, {len(truncated(outcomes, LOAD_TOKENS))} truncated; "
+          f"TTFT before p50 {ttft_ms(before)['p50']:.0f} ms p99 {ttft_ms(before)['p99']:.0f} ms "
+          f"(n={len(before)}), during p50 {ttft_ms(during)['p50']:.0f} ms "
+          f"p99 {ttft_ms(during)['p99']:.0f} ms (n={len(during)})")
 
 
 def test_first_rollout_holds_out_the_ecc_node_and_serves_the_others(run_playbook):
@@ -64,6 +126,29 @@ def test_first_rollout_holds_out_the_ecc_node_and_serves_the_others(run_playbook
     assert not (Path(results) / "fleet-c").exists()
     report = (Path(results) / "report.md").read_text()
     assert "fleet-a" in report and "fleet-b" in report
+    # The gateway fronts exactly the two serving nodes; fleet-c never passed a gate.
+    assert rows["fleet-a"]["in_rotation"] and rows["fleet-b"]["in_rotation"]
+    servers = wait_for_servers(lambda rows: all(r["status"].startswith("UP")
+                                                for r in rows.values()))
+    assert sorted(servers) == ["fleet-a", "fleet-b"], servers
+    assert all(r["status"].startswith("UP") for r in servers.values()), servers
+    assert stream_completion(gateway_url(), MODEL, max_tokens=8).tokens == 8
+
+
+def test_gateway_refuses_a_malformed_key_file_and_keeps_running(run_playbook, tmp_path):
+    b = node("fleet-b")
+    config = b.check_output("sha256sum /etc/haproxy/haproxy.cfg")
+    keys = tmp_path / "keys"
+    keys.write_text("alice sk-alice-0123456789abcdef\nbob too-short\n")
+    keys.chmod(0o600)
+    gateway = "- ansible.builtin.import_playbook: @PROJECT@/playbooks/gateway.yml"
+    run = run_playbook(gateway, "-e", f"onecat_gateway_keys_file={keys}")
+    assert run.rc != 0
+    flat = " ".join(run.output.split())
+    assert "the client key file is refused" in flat and "line 2" in flat, flat[-2000:]
+    assert "sk-alice" not in run.output
+    assert b.check_output("sha256sum /etc/haproxy/haproxy.cfg") == config
+    assert stream_completion(gateway_url(), MODEL, max_tokens=4).status == 200
 
 
 def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
@@ -73,8 +158,10 @@ def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
     lock_before = read_lock()
     b.run(PROBE)
     results = str(EPHEMERAL / "results" / "upgrade")
-    run = run_playbook(SITE, "-e", BROKEN, "-e", f"onecat_results_dir={results}")
+    run, outcomes, before, during = under_load(run_playbook, "-e", BROKEN, "-e",
+                                               f"onecat_results_dir={results}")
     print(f"\nbroken upgrade, canary rolled back: {run.seconds:.0f} s")
+    report_load("broken upgrade", outcomes, before, during)
     b.run("touch /var/tmp/onecat-probe.stop")
     assert run.rc == 2, run.output[-4000:]
     flat = " ".join(run.output.split())
@@ -90,13 +177,48 @@ def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
     assert len(samples) >= 10, samples
     assert "FAIL" not in samples
     assert b.file("/etc/systemd/system/vllm.service").content_string == unit_b
-    # The canary serves the old image again.
+    # The canary serves the old image again, but stays out of rotation with its reason.
     assert node("fleet-a").run("curl -fsS http://127.0.0.1:8000/health").rc == 0
+    assert rows["fleet-a"]["in_rotation"] is False
+    servers = wait_for_servers(lambda rows: "smoke" in rows["fleet-a"]["last_agt"])
+    assert servers["fleet-a"]["status"].startswith("MAINT"), servers["fleet-a"]
+    assert "smoke" in servers["fleet-a"]["last_agt"], servers["fleet-a"]
+    assert servers["fleet-b"]["status"].startswith("UP")
+    # Clients saw nothing of it.
+    assert len(during) >= 10, len(during)
+    assert not failed(outcomes), failed(outcomes)[:3]
+    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+
+
+def test_good_upgrade_drains_each_node_and_no_stream_fails(run_playbook):
+    lock_before = read_lock()
+    results = str(EPHEMERAL / "results" / "good-upgrade")
+    run, outcomes, before, during = under_load(
+        run_playbook, "-e", GOOD_ENV, "-e", "vllm_serve_upgrade=true",
+        "-e", f"onecat_results_dir={results}")
+    print(f"\ngood upgrade, canary then batch, drained at the gateway: {run.seconds:.0f} s")
+    report_load("good upgrade", outcomes, before, during)
+    assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
+    rows = rollout("good-upgrade")
+    locked = read_lock()["engine_image"]["image_id"]
+    assert locked != lock_before["engine_image"]["image_id"]
+    assert rows["fleet-a"]["image"] == rows["fleet-b"]["image"] == locked
+    assert rows["fleet-a"]["in_rotation"] and rows["fleet-b"]["in_rotation"]
+    servers = wait_for_servers(lambda rows: all(r["status"].startswith("UP")
+                                                for r in rows.values()))
+    assert all(r["status"].startswith("UP") for r in servers.values()), servers
+    # Both nodes restarted under load; the drains made it invisible to the clients.
+    assert len(during) >= 20, len(during)
+    assert not failed(outcomes), failed(outcomes)[:3]
+    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+    summary = {"before": ttft_ms(before), "during": ttft_ms(during), "requests": len(outcomes),
+               "failed": len(failed(outcomes)), "seconds": round(run.seconds)}
+    (Path(results) / "gateway-load.json").write_text(json.dumps(summary, indent=2))
 
 
 def test_rerun_with_nothing_changed_changes_nothing(run_playbook):
     results = str(EPHEMERAL / "results" / "rerun")
-    run = run_playbook(SITE, "-e", f"onecat_results_dir={results}")
+    run = run_playbook(SITE, "-e", GOOD_ENV, "-e", f"onecat_results_dir={results}")
     print(f"\nre-run with nothing changed, 3 nodes: {run.seconds:.0f} s")
     assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
     for name in ("fleet-a", "fleet-b", "fleet-c"):

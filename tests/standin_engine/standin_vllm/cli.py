@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import signal
@@ -67,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--port", type=int, default=8000)
     add("--uds", default=None)
     add("--api-key", default=None)
+    add("--middleware", action="append", default=[],
+        help="Additional ASGI middleware to apply to the app (an import path; repeatable).")
     add("--served-model-name", nargs="+", default=None)
     add("--root-path", default=None)
     add("--allowed-origins", default=None)
@@ -247,7 +250,8 @@ async def _run_server(args: argparse.Namespace, knobs: settings_mod.Settings,
     vocab = int(resolved["config"].get("vocab_size") or 32000)
     app = App(ServeConfig(resolved["served_names"], resolved["model"],
                           resolved["max_model_len"], vocab, resolved["api_key"],
-                          not args.disable_uvicorn_access_log), engine)
+                          not args.disable_uvicorn_access_log,
+                          load_middleware(args.middleware)), engine)
     host = args.host or "0.0.0.0"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -308,10 +312,28 @@ def serve(args: argparse.Namespace, knobs: settings_mod.Settings) -> int:
     return 0
 
 
+def _dashes(arg: str) -> str:
+    if not arg.startswith("--"):
+        return arg
+    name, sep, value = arg.partition("=")
+    return "--" + name[2:].replace("_", "-") + sep + value
+
+
+def load_middleware(paths: Sequence[str]) -> list:
+    """vLLM's --middleware: import `module.Object` (a class is added as ASGI middleware)."""
+    loaded = []
+    for path in paths:
+        module_path, _, name = path.rpartition(".")
+        loaded.append(getattr(importlib.import_module(module_path), name))
+    return loaded
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Real vLLM takes --help=all / --help=<group>; the stand-in shows everything.
     argv = ["--help" if a.startswith("--help=") else a for a in argv]
+    # vLLM's FlexibleArgumentParser reads --api_key as --api-key (the name part only).
+    argv = [_dashes(a) for a in argv]
     parser = build_parser()
     args = parser.parse_args(argv)
     knobs = settings_mod.from_env()

@@ -3,6 +3,9 @@
 Routes and shapes follow vLLM's api_server: /health, /v1/models, /v1/completions,
 /v1/chat/completions (SSE streaming with `data: [DONE]`, include_usage),
 POST /tokenize, GET /metrics. Only /v1/* routes need the API key, as in vLLM.
+`--middleware` classes run as ASGI middleware in front of the routes (as vLLM adds them
+with Starlette's add_middleware): one that answers itself short-circuits the request,
+one that calls the app lets it through to the routes.
 A request's arrival is stamped when its first bytes come off the socket, so
 the simulated prefill starts then, however busy the loop is afterwards.
 """
@@ -15,7 +18,7 @@ import json
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from itertools import islice
 
@@ -32,6 +35,7 @@ class ServeConfig:
     vocab_size: int
     api_key: str | None
     access_log: bool
+    middleware: list = field(default_factory=list)
 
 
 @dataclass
@@ -164,8 +168,49 @@ class App:
         self._send(conn, request, status, _dumps(obj))
 
     # --- routing -----------------------------------------------------------
+    async def _middleware_passes(self, conn: Connection, request: Request) -> bool:
+        """Run the --middleware chain; False when a middleware answered the request itself."""
+        if not self.config.middleware:
+            return True
+        passed = False
+
+        async def routes(scope, receive, send) -> None:
+            nonlocal passed
+            passed = True
+
+        chain = routes
+        for middleware in self.config.middleware:  # the last added is the outermost
+            chain = middleware(chain)
+        answer: dict = {"status": 500, "headers": [], "body": b""}
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": request.body, "more_body": False}
+
+        async def send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                answer["status"], answer["headers"] = message["status"], message.get("headers", [])
+            elif message["type"] == "http.response.body":
+                answer["body"] += message.get("body", b"")
+
+        path, _, query = request.path.partition("?")
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": request.method, "scheme": "http", "path": path,
+                 "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
+                 "headers": [(k.encode("latin-1"), v.encode("latin-1"))
+                             for k, v in request.headers.items()],
+                 "client": conn.peer, "server": None}
+        await chain(scope, receive, send)
+        if passed:
+            return True
+        types = [v for k, v in answer["headers"] if k.lower() == b"content-type"]
+        self._send(conn, request, answer["status"], answer["body"],
+                   types[0].decode("latin-1") if types else "text/plain")
+        return False
+
     async def handle(self, conn: Connection, request: Request) -> None:
         path = request.path.split("?", 1)[0]
+        if not await self._middleware_passes(conn, request):
+            return
         key = self.config.api_key
         if key and path.startswith("/v1") and (
                 request.headers.get("authorization") != f"Bearer {key}"):

@@ -1,0 +1,143 @@
+#!/usr/bin/python
+"""Ansible module: drain, hold or release one node at an HAProxy gateway (runtime API)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gateway_server
+short_description: Set one server of the onecat gateway to drain, maint or ready
+description:
+  - "Talks to HAProxy's runtime API on its admin socket (C(set server B/S state ...),
+    C(show stat)). Runs on the gateway host."
+  - With O(state=drain) and O(wait_idle) above 0, waits until the server has no session
+    left (the requests in flight finished), at most O(wait_idle) seconds.
+  - "Does nothing, successfully, when no gateway runs yet (no admin socket) or the server is
+    not in the back end (the node never passed a gate): there is nothing to drain."
+  - Reports C(changed) when the server's administrative state changed.
+version_added: "0.2.0"
+author: onecat developers
+options:
+  socket:
+    description: HAProxy's admin socket (a path, or HOST:PORT).
+    type: str
+    default: /run/haproxy/admin.sock
+  backend:
+    description: The back end holding the nodes.
+    type: str
+    default: onecat_nodes
+  server:
+    description: Server name (the node's inventory name).
+    type: str
+    required: true
+  state:
+    description: Administrative state to set; C(query) only reads it.
+    type: str
+    choices: [drain, maint, ready, query]
+    default: query
+  wait_idle:
+    description: With C(drain), seconds to wait for zero sessions (0 does not wait).
+    type: float
+    default: 0
+  fail_on_busy:
+    description: Fail when sessions remain after O(wait_idle) (otherwise only report them).
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Drain the node at the gateway and wait for its requests to finish.
+  gateway_server:
+    server: "{{ inventory_hostname }}"
+    state: drain
+    wait_idle: 300
+  delegate_to: "{{ groups['gateway'] | first }}"
+"""
+
+RETURN = r"""
+present:
+  description: Whether a gateway runs and the server is in its back end.
+  returned: always
+  type: bool
+previous:
+  description: Administrative state before (ready, drain, maint), when present.
+  returned: always
+  type: str
+admin:
+  description: Administrative state after, when present.
+  returned: always
+  type: str
+sessions:
+  description: Sessions still on the server at the end.
+  returned: always
+  type: int
+waited:
+  description: Seconds spent waiting for the server to become idle.
+  returned: always
+  type: float
+msg:
+  description: What happened.
+  returned: always
+  type: str
+"""
+
+import os
+import platform
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.onecat.gateway.runtime import Runtime, RuntimeApiError
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "socket": {"type": "str", "default": "/run/haproxy/admin.sock"},
+            "backend": {"type": "str", "default": "onecat_nodes"},
+            "server": {"type": "str", "required": True},
+            "state": {"type": "str", "default": "query",
+                      "choices": ["drain", "maint", "ready", "query"]},
+            "wait_idle": {"type": "float", "default": 0},
+            "fail_on_busy": {"type": "bool", "default": False},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    gateway = platform.node() or "the gateway"
+    result = {"present": False, "previous": "", "admin": "", "sessions": 0, "waited": 0.0}
+    if p["socket"].startswith("/") and not os.path.exists(p["socket"]):
+        module.exit_json(changed=False, msg=f"{gateway}: no gateway runs here yet "
+                                            f"({p['socket']} is absent): nothing to do", **result)
+    runtime = Runtime(p["socket"])
+    where = f"{gateway}: {p['backend']}/{p['server']}"
+    try:
+        status = runtime.status(p["backend"], p["server"])
+        if status is None:
+            module.exit_json(changed=False, msg=f"{where} is not in the gateway's back end "
+                                                "(it never passed a gate): nothing to do",
+                             **result)
+        result.update(present=True, previous=status.admin, admin=status.admin,
+                      sessions=status.sessions)
+        state = p["state"]
+        changed = state != "query" and status.admin != state
+        if changed and not module.check_mode:
+            runtime.set_state(p["backend"], p["server"], state)
+            result["admin"] = state
+        if state == "drain" and p["wait_idle"] > 0 and not module.check_mode:
+            idle, left, waited = runtime.wait_idle(p["backend"], p["server"], p["wait_idle"])
+            result.update(sessions=left, waited=round(waited, 1))
+            if not idle:
+                message = (f"{where} still has {left} request(s) in flight after "
+                           f"{waited:.0f} s of draining (raise the drain timeout to wait longer)")
+                if p["fail_on_busy"]:
+                    module.fail_json(msg=message, changed=changed, **result)
+                module.warn(message + "; going on, they will be cut")
+    except RuntimeApiError as error:
+        module.fail_json(msg=f"{gateway}: {error}", **result)
+    module.exit_json(changed=changed,
+                     msg=f"{where}: {result['previous']} -> {result['admin']}, "
+                         f"{result['sessions']} session(s) left after {result['waited']} s",
+                     **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Which nodes the gateway sends traffic to, and how much at once.
+
+Input is each node's serving state as the serve stage recorded it (the node's state file
+/var/lib/onecat-gateway/node.json, or this run's facts), never the inventory alone:
+
+    {"serving": true, "in_rotation": true, "reason": "", "address": "10.0.0.11",
+     "port": 8000, "max_num_seqs": 64, "image_id": "sha256:..."}
+
+A node without that state never passed a gate and gets no server line. A node that serves
+but failed its last gate (it was rolled back) is listed disabled, so the stats page shows
+it and its reason, and it never receives traffic until a later gate passes.
+
+maxconn per server is the engine's --max-num-seqs: the engine runs at most that many
+sequences at once and queues the rest where no other node can take them; HAProxy queues
+the excess instead and hands each queued request to the first node with a free slot.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# vLLM's default --max-num-seqs, for an engine whose unit does not say.
+DEFAULT_MAX_NUM_SEQS = 256
+SERVER_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
+
+
+class NoBackendError(ValueError):
+    """No node can take traffic: the gateway would only answer 503."""
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    address: str
+    port: int
+    maxconn: int
+    enabled: bool
+    reason: str = ""
+    agent_port: int = 0  # 0: the gateway's default agent port
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "address": self.address, "port": self.port,
+                "maxconn": self.maxconn, "enabled": self.enabled, "reason": self.reason,
+                "agent_port": self.agent_port}
+
+
+@dataclass
+class Selection:
+    servers: list[Server] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def enabled(self) -> list[Server]:
+        return [s for s in self.servers if s.enabled]
+
+
+def server_name(host: str) -> str:
+    return SERVER_NAME.sub("_", host)
+
+
+def maxconn(state: Mapping[str, Any], override: int = 0, factor: float = 1.0) -> int:
+    """Concurrent requests HAProxy sends to one node: --max-num-seqs x factor, or override."""
+    if override > 0:
+        return int(override)
+    seqs = state.get("max_num_seqs")
+    try:
+        seqs = int(seqs) if seqs not in (None, "") else DEFAULT_MAX_NUM_SEQS
+    except (TypeError, ValueError):
+        seqs = DEFAULT_MAX_NUM_SEQS
+    return max(1, int(seqs * factor))
+
+
+def _port(value: Any) -> int:
+    try:
+        port = int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+    return port if 0 < port < 65536 else 0
+
+
+def select(nodes: Mapping[str, Mapping[str, Any] | None], maxconn_override: int = 0,
+           maxconn_factor: float = 1.0) -> Selection:
+    """Servers for every node that passed a serve gate; the others with the reason why not."""
+    selection = Selection()
+    for host in sorted(nodes):
+        state = nodes[host] or {}
+        if not state:
+            selection.excluded[host] = ("no serving state on the node: it never passed the "
+                                        "serve gate")
+            continue
+        if not state.get("serving"):
+            selection.excluded[host] = ("not serving: " + str(state.get("reason") or
+                                                             "its server failed the gate"))
+            continue
+        address = str(state.get("address") or "").strip()
+        if not address:
+            selection.excluded[host] = ("no address known for the node: set "
+                                        "onecat_gateway_address for it")
+            continue
+        port = _port(state.get("port"))
+        if not port:
+            selection.excluded[host] = f"invalid serve port {state.get('port')!r}"
+            continue
+        in_rotation = bool(state.get("in_rotation", True))
+        selection.servers.append(Server(
+            name=server_name(host), address=address, port=port,
+            maxconn=maxconn(state, maxconn_override, maxconn_factor), enabled=in_rotation,
+            reason="" if in_rotation else " ".join(str(state.get("reason") or
+                                                       "held out of rotation").split()),
+            agent_port=_port(state.get("agent_port")),
+        ))
+    return selection
+
+
+def require_backend(selection: Selection, gateway: str = "the gateway") -> None:
+    """Refuse a gateway that would only answer 503, naming why each node is out."""
+    if selection.enabled:
+        return
+    why = "; ".join(f"{host}: {reason}" for host, reason in selection.excluded.items())
+    held = "; ".join(f"{s.name}: {s.reason}" for s in selection.servers)
+    details = "; ".join(filter(None, [why, held])) or "no node in the inventory group"
+    raise NoBackendError(
+        f"{gateway} has no serving back end, so it would answer every request with 503 "
+        f"({details}): run the serve stage first (site.yml or playbooks/serve.yml) and fix "
+        "the nodes it holds out")

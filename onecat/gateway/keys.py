@@ -1,0 +1,103 @@
+"""Client keys of the gateway: parse and validate the key file, render HAProxy's key map.
+
+The key file is owner-only (0600) and has one key per line:
+
+    # name   key                                   [requests per minute]
+    alice    sk-3f9a0c1e2b7d4a5f8e6c9b0a1d2e3f40  120
+    batch    sk-0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a
+
+Names appear in HAProxy's log; keys never leave the file: HAProxy gets a map from the
+SHA-256 of each key to its name, and compares the hash of the presented bearer token.
+A malformed file is refused as a whole, with every problem and its line number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import stat
+from dataclasses import dataclass
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# RFC 6750 b64token characters; at least 16 of them (a short key is guessable).
+TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
+MIN_KEY_LENGTH = 16
+
+
+class KeyFileError(ValueError):
+    """The key file is malformed; the message lists every problem."""
+
+
+@dataclass(frozen=True)
+class ClientKey:
+    name: str
+    key: str
+    rate_per_minute: int = 0  # 0: no limit
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.key.encode("ascii")).hexdigest()
+
+
+def parse_keys(text: str, source: str = "the key file") -> list[ClientKey]:
+    """Every key of the file, or KeyFileError naming each bad line (never the key itself)."""
+    keys: list[ClientKey] = []
+    problems: list[str] = []
+    names: dict[str, int] = {}
+    hashes: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        where = f"{source} line {number}"
+        if len(fields) not in (2, 3):
+            problems.append(f"{where}: expected 'NAME KEY [REQUESTS_PER_MINUTE]', "
+                            f"found {len(fields)} field(s)")
+            continue
+        name, key = fields[0], fields[1]
+        if not NAME.match(name):
+            problems.append(f"{where}: name {name!r} must be 1-64 letters, digits, '_', '.' "
+                            "or '-', starting with a letter or digit")
+        if not TOKEN.match(key) or len(key) < MIN_KEY_LENGTH:
+            problems.append(f"{where}: the key of {name!r} must be at least {MIN_KEY_LENGTH} "
+                            "bearer-token characters (letters, digits, . _ ~ + / -)")
+        rate = 0
+        if len(fields) == 3:
+            if not fields[2].isdigit() or int(fields[2]) == 0:
+                problems.append(f"{where}: the rate of {name!r} must be a whole number of "
+                                f"requests per minute above 0, not {fields[2]!r}")
+            else:
+                rate = int(fields[2])
+        if name in names:
+            problems.append(f"{where}: name {name!r} already used on line {names[name]}")
+        names.setdefault(name, number)
+        digest = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
+        if digest in hashes:
+            problems.append(f"{where}: the key of {name!r} is the same as on line "
+                            f"{hashes[digest]}")
+        hashes.setdefault(digest, number)
+        keys.append(ClientKey(name, key, rate))
+    if problems:
+        raise KeyFileError("; ".join(problems))
+    if not keys:
+        raise KeyFileError(f"{source} holds no key: add a line 'NAME KEY', or leave the "
+                           "key file unset to run the gateway without client keys")
+    return keys
+
+
+def check_mode_bits(mode: int, source: str = "the key file") -> None:
+    """Refuse a key file that others than its owner can read or write."""
+    if stat.S_IMODE(mode) & 0o077:
+        raise KeyFileError(f"{source} is readable or writable by others "
+                           f"(mode {stat.S_IMODE(mode):04o}): chmod 600 it")
+
+
+def render_key_map(keys: list[ClientKey]) -> str:
+    """HAProxy map: SHA-256 of the key (hex) -> key name, sorted so the file is stable."""
+    return "".join(f"{k.sha256} {k.name}\n" for k in sorted(keys, key=lambda k: k.name))
+
+
+def rate_limits(keys: list[ClientKey]) -> dict[str, int]:
+    """Key name -> requests per minute, for the keys that have a limit."""
+    return {k.name: k.rate_per_minute for k in keys if k.rate_per_minute}

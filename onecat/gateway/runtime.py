@@ -1,0 +1,157 @@
+"""HAProxy's runtime API, over its admin socket: drain, maint, ready, and waiting for idle.
+
+    set server BACKEND/SERVER state drain|maint|ready
+    show stat            (CSV: one row per proxy and server; scur = current sessions)
+
+Drain stops new requests to a server and lets the ones in flight finish; the serve stage
+drains a node, waits until its `scur` is 0 (bounded), restarts it, gates it and only then
+sets it ready. Stdlib only: this file runs on the gateway host inside an Ansible module.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+STATES = ("ready", "drain", "maint")
+
+
+class RuntimeApiError(RuntimeError):
+    """The admin socket is unreachable or HAProxy refused the command."""
+
+
+def _check(command: str) -> None:
+    if "\n" in command or ";" in command:
+        raise RuntimeApiError(f"refusing a runtime command with a newline or ';': {command!r}")
+
+
+def execute(address: str, command: str, timeout: float = 5.0) -> str:
+    """Send one command and return HAProxy's answer (the socket closes after it)."""
+    _check(command)
+    try:
+        if address.startswith("/"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            target: object = address
+        else:
+            host, _, port = address.rpartition(":")
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            target = (host or "127.0.0.1", int(port))
+        with sock:
+            sock.settimeout(timeout)
+            sock.connect(target)
+            sock.sendall(command.encode() + b"\n")
+            chunks = []
+            while True:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+    except (OSError, ValueError) as error:
+        raise RuntimeApiError(f"HAProxy's admin socket {address} does not answer: {error}")\
+            from None
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def parse_stat(text: str) -> list[dict[str, str]]:
+    """Rows of `show stat` (CSV whose header line starts with '# ')."""
+    text = text.lstrip()
+    if not text.startswith("# "):
+        raise RuntimeApiError(f"unexpected answer to 'show stat': {text[:200]!r}")
+    reader = csv.DictReader(io.StringIO(text[2:]))
+    return [{k: (v or "") for k, v in row.items() if k} for row in reader]
+
+
+def admin_state(row: dict[str, str]) -> str:
+    """ready, drain or maint, from a server row's status column."""
+    status = row.get("status", "").upper()
+    if status.startswith("MAINT"):
+        return "maint"
+    if status.startswith("DRAIN"):
+        return "drain"
+    return "ready"
+
+
+@dataclass
+class ServerStatus:
+    backend: str
+    server: str
+    status: str  # HAProxy's status column: UP, DOWN, DRAIN, MAINT, ...
+    sessions: int  # scur
+    total: int  # stot: sessions since start
+    queued: int  # qcur
+    check: str  # check_desc / last_chk
+    agent: str  # last_agt (the node's own word, with its reason)
+
+    @property
+    def admin(self) -> str:
+        return admin_state({"status": self.status})
+
+
+def server_status(rows: list[dict[str, str]], backend: str, server: str) -> ServerStatus | None:
+    for row in rows:
+        if row.get("pxname") == backend and row.get("svname") == server:
+            return ServerStatus(
+                backend, server, row.get("status", ""), _int(row.get("scur")),
+                _int(row.get("stot")), _int(row.get("qcur")),
+                row.get("last_chk", "") or row.get("check_desc", ""), row.get("last_agt", ""))
+    return None
+
+
+def servers(rows: list[dict[str, str]], backend: str) -> list[ServerStatus]:
+    names = [r["svname"] for r in rows
+             if r.get("pxname") == backend and r.get("svname") not in ("FRONTEND", "BACKEND")]
+    return [s for s in (server_status(rows, backend, n) for n in names) if s]
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+class Runtime:
+    """One HAProxy process's admin socket."""
+
+    def __init__(self, address: str, timeout: float = 5.0,
+                 execute_fn: Callable[[str, str, float], str] = execute) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._execute = execute_fn
+
+    def command(self, command: str) -> str:
+        _check(command)
+        return self._execute(self.address, command, self.timeout)
+
+    def stat(self) -> list[dict[str, str]]:
+        return parse_stat(self.command("show stat"))
+
+    def status(self, backend: str, server: str) -> ServerStatus | None:
+        return server_status(self.stat(), backend, server)
+
+    def set_state(self, backend: str, server: str, state: str) -> None:
+        if state not in STATES:
+            raise RuntimeApiError(f"state must be one of {', '.join(STATES)}, not {state!r}")
+        answer = self.command(f"set server {backend}/{server} state {state}").strip()
+        if answer:
+            raise RuntimeApiError(f"HAProxy refused 'set server {backend}/{server} state "
+                                  f"{state}': {answer}")
+
+    def wait_idle(self, backend: str, server: str, timeout: float, interval: float = 0.5,
+                  clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> tuple[bool, int, float]:
+        """Wait until the server has no session: (idle, sessions left, seconds waited)."""
+        started = clock()
+        while True:
+            status = self.status(backend, server)
+            sessions = status.sessions if status else 0
+            waited = clock() - started
+            if sessions == 0:
+                return True, 0, waited
+            if waited >= timeout:
+                return False, sessions, waited
+            sleep(min(interval, max(0.0, timeout - waited)))

@@ -1,0 +1,495 @@
+"""Fetch a model once (from the Hub, a mirror or a controller directory) with its manifest.
+
+Controller side; the only module that talks to the Hub, always through the real
+``huggingface_hub`` client. The endpoint is ``HF_ENDPOINT`` (a mirror, or a test stand-in),
+read when a call is made; the token is ``HF_TOKEN``, a token file, or the client's own stored
+token. The token is handed to the client only: never printed, logged or written anywhere.
+Proxies come from the usual ``HTTPS_PROXY``/``HTTP_PROXY``/``NO_PROXY`` environment.
+
+Nothing half-written: files land in ``DEST.partial/`` (kept between attempts, so a retry
+resumes where the last one stopped), are checked against the Hub's sha256 (LFS) and then
+``DEST.partial`` is renamed to ``DEST`` with ``onecat-manifest.json`` inside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .manifest import (
+    MANIFEST_NAME,
+    ManifestError,
+    build_manifest,
+    hash_file,
+    load_manifest,
+    verify_dir,
+    write_json_atomic,
+)
+from .source import ENGINE_FILES, Source, SourceError, parse_source, select_engine_files
+
+GIB = 1024**3
+PARTIAL_SUFFIX = ".partial"
+# Small files the planner reads; everything else is read as safetensors headers.
+PLAN_FILES = ("config.json", "hf_quant_config.json", "generation_config.json",
+              "model.safetensors.index.json")
+SPARSE_BLOCK = 1024 * 1024
+
+
+class FetchError(Exception):
+    """A fetch that cannot proceed: one line for a human, exit status 2."""
+
+
+@dataclass
+class RemoteFile:
+    path: str
+    size: int
+    sha256: str | None  # the Hub's LFS sha256; None for files stored in git
+
+
+@dataclass
+class RemoteSnapshot:
+    source: Source
+    commit: str
+    files: list[RemoteFile] = field(default_factory=list)
+
+    @property
+    def total_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass
+class FetchResult:
+    dest: str
+    manifest: dict[str, Any]
+    downloaded: bool  # False when DEST already held this exact artifact
+
+
+def endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def read_token(token_file: str | None = None) -> str | None:
+    """HF_TOKEN, else the token file, else None (the client then uses its stored login)."""
+    token = os.environ.get("HF_TOKEN", "").strip()
+    if token:
+        return token
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as handle:
+                token = handle.read().strip()
+        except OSError as error:
+            raise FetchError(f"token file {token_file}: cannot read: "
+                             f"{error.strerror or error}") from error
+        if not token:
+            raise FetchError(f"token file {token_file} is empty")
+        return token
+    return None
+
+
+def _hub():
+    try:
+        import huggingface_hub
+    except ImportError as error:  # pragma: no cover - a broken install
+        raise FetchError("the Python package huggingface_hub is missing: "
+                         "pip install -c constraints.txt -e .") from error
+    # Its warnings would repeat what our one-line errors say.
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    return huggingface_hub
+
+
+def _explain(error: BaseException, source: Source, token: str | None) -> FetchError:
+    """One line a human can act on, for everything the client raises."""
+    hub = _hub()
+    errors = hub.errors
+    where = f"{source} at {endpoint()}"
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if isinstance(error, errors.RevisionNotFoundError):
+        return FetchError(f"{where}: revision {source.revision!r} not found (404): check the "
+                          "branch, tag or commit")
+    if isinstance(error, errors.GatedRepoError):
+        if token:
+            return FetchError(f"{where}: gated repository and this HF_TOKEN has not been "
+                              f"granted access ({status}): accept the license on the Hub with "
+                              "the token's account")
+        return FetchError(f"{where}: gated repository ({status}): set HF_TOKEN (or "
+                          "--token-file) to a token whose account accepted the license")
+    if isinstance(error, errors.RepositoryNotFoundError):
+        if token:
+            return FetchError(f"{where}: repository not found ({status}), or HF_TOKEN cannot "
+                              "see it: check ORG/NAME and the token's access")
+        return FetchError(f"{where}: repository not found or private ({status}): check "
+                          "ORG/NAME; for a private repository set HF_TOKEN (or --token-file)")
+    if isinstance(error, errors.RemoteEntryNotFoundError):
+        return FetchError(f"{where}: a listed file is missing on the server (404): the "
+                          "repository changed during the fetch, try again")
+    if isinstance(error, errors.HfHubHTTPError) and status in (401, 403):
+        return FetchError(f"{where}: access denied ({status}): HF_TOKEN is invalid or lacks "
+                          "read access")
+    if isinstance(error, errors.HfHubHTTPError):
+        return FetchError(f"{where}: the server answered HTTP {status}: try again later or "
+                          "use a mirror (HF_ENDPOINT)")
+    text = f"{type(error).__name__}: {error}".splitlines()[0]
+    if _is_connection_error(error):
+        return FetchError(f"cannot reach {endpoint()} ({text}): check the network, proxy "
+                          "(HTTPS_PROXY) or the mirror in HF_ENDPOINT")
+    return FetchError(f"{where}: {text}")
+
+
+def _is_connection_error(error: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(error).__mro__}
+    return bool(names & {"ConnectError", "TimeoutException", "ProxyError", "NetworkError",
+                         "RemoteProtocolError", "ConnectionError", "LocalEntryNotFoundError",
+                         "OfflineModeIsEnabled"})
+
+
+@contextlib.contextmanager
+def _translated(source: Source, token: str | None):
+    try:
+        yield
+    except (FetchError, SourceError, ManifestError):
+        raise
+    except OSError as error:
+        if isinstance(error, FileNotFoundError | PermissionError) or error.errno in (
+                errno.ENOSPC, errno.EROFS, errno.EDQUOT):
+            raise FetchError(f"{source}: {error}") from error
+        raise _explain(error, source, token) from error
+    except Exception as error:
+        raise _explain(error, source, token) from error
+
+
+def remote_snapshot(source: Source, token: str | None) -> RemoteSnapshot:
+    """Resolve the revision to its commit and list the files the engine loads."""
+    hub = _hub()
+    api = hub.HfApi(endpoint=endpoint(), token=token)
+    with _translated(source, token):
+        info = api.repo_info(source.repo, revision=source.revision)
+        commit = info.sha
+        tree = [item for item in api.list_repo_tree(source.repo, revision=commit,
+                                                    recursive=True)
+                if isinstance(item, hub.hf_api.RepoFile)]
+    if not commit:
+        raise FetchError(f"{source}: the server named no commit for this revision: is "
+                         f"{endpoint()} a Hugging Face Hub (HF_ENDPOINT)?")
+    by_path = {item.path: item for item in tree}
+    try:
+        chosen = select_engine_files(list(by_path))
+    except SourceError as error:
+        raise FetchError(f"{source}: {error}") from error
+    files = [RemoteFile(p, int(by_path[p].size),
+                        by_path[p].lfs.sha256 if by_path[p].lfs is not None else None)
+             for p in chosen]
+    return RemoteSnapshot(source, commit, files)
+
+
+def check_free_space(dest: str, needed: int) -> None:
+    parent = os.path.dirname(os.path.abspath(dest)) or "/"
+    probe = parent
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    free = shutil.disk_usage(probe).free
+    if free < needed:
+        raise FetchError(f"{dest}: {free / GIB:.2f} GiB free on its filesystem but the model "
+                         f"needs {needed / GIB:.2f} GiB more: free space or choose another "
+                         "DEST")
+
+
+def _partial_bytes(partial: str) -> int:
+    total = 0
+    for root, _, names in os.walk(partial):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def _current(dest: str, commit: str | None, digest: str | None = None) -> dict | None:
+    """DEST's manifest when DEST already holds this commit (or digest) and verifies."""
+    try:
+        manifest = load_manifest(dest)
+    except ManifestError:
+        return None
+    if commit is not None and manifest.get("commit") != commit:
+        return None
+    if digest is not None and manifest.get("digest") != digest:
+        return None
+    return manifest if verify_dir(dest, manifest, mode="fast")["ok"] else None
+
+
+def _replace_dest(partial: str, dest: str) -> None:
+    """Atomically put `partial` at `dest`; an older DEST is moved aside, then removed."""
+    old = None
+    if os.path.lexists(dest):
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.old-",
+                               dir=os.path.dirname(os.path.abspath(dest)))
+        os.rename(dest, os.path.join(old, "dir"))
+    os.rename(partial, dest)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def fetch_hf(source: Source, dest: str, *, token: str | None,
+             progress: bool = True) -> FetchResult:
+    snap = remote_snapshot(source, token)
+    existing = _current(dest, snap.commit)
+    if existing is not None:
+        return FetchResult(dest, existing, downloaded=False)
+    partial = dest.rstrip("/") + PARTIAL_SUFFIX
+    check_free_space(dest, max(snap.total_size - _partial_bytes(partial), 0))
+    os.makedirs(partial, exist_ok=True)
+    _seed_from_siblings(partial, dest, snap.files)
+    hub = _hub()
+    names = [f.path for f in snap.files]
+    old_bars = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    if not progress:
+        hub.utils.disable_progress_bars()
+    try:
+        with _translated(source, token):
+            hub.snapshot_download(
+                source.repo, revision=snap.commit, local_dir=partial,
+                allow_patterns=names, endpoint=endpoint(), token=token,
+                cache_dir=os.path.join(partial, ".cache", "hub"), max_workers=4,
+            )
+    finally:
+        if not progress and old_bars is None:
+            hub.utils.enable_progress_bars()
+    rows, bad = [], []
+    for remote in snap.files:
+        path = os.path.join(partial, remote.path)
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            bad.append(f"{remote.path} missing")
+            continue
+        digest = hash_file(path)
+        if size != remote.size or (remote.sha256 and digest != remote.sha256):
+            bad.append(f"{remote.path} (sha256 {digest[:12]}..., the Hub says "
+                       f"{(remote.sha256 or '?')[:12]}...; {size} of {remote.size} bytes)")
+            os.unlink(path)  # the next attempt downloads it again
+            _forget_download(partial, remote.path)
+            continue
+        rows.append({"path": remote.path, "size": size, "sha256": digest})
+    if bad:
+        raise FetchError(f"{source}: downloaded files do not match the Hub's manifest: "
+                         f"{'; '.join(bad)}: removed, run the fetch again (a mirror serving "
+                         "corrupt data would fail again)")
+    shutil.rmtree(os.path.join(partial, ".cache"), ignore_errors=True)
+    manifest = build_manifest(rows, source=str(source), repo=source.repo,
+                              revision=source.revision, commit=snap.commit)
+    write_json_atomic(os.path.join(partial, MANIFEST_NAME), manifest)
+    _replace_dest(partial, dest)
+    return FetchResult(dest, manifest, downloaded=True)
+
+
+def _seed_from_siblings(partial: str, dest: str, files: list[RemoteFile]) -> None:
+    """Hard-link LFS files other revisions in DEST's folder already hold (same sha256).
+
+    A revision that changes only a config file then costs no weight download: the client
+    finds the file in place, hashes it against the Hub's sha256 and keeps it.
+    """
+    wanted = {f.sha256: f.path for f in files if f.sha256}
+    parent = os.path.dirname(os.path.abspath(dest))
+    for sibling in sorted(os.listdir(parent)) if os.path.isdir(parent) else []:
+        folder = os.path.join(parent, sibling)
+        if folder in (os.path.abspath(dest), os.path.abspath(partial)):
+            continue
+        try:
+            manifest = load_manifest(folder)
+        except ManifestError:
+            continue
+        for row in manifest["files"]:
+            rel = wanted.get(row["sha256"])
+            target = os.path.join(partial, rel) if rel else None
+            if target and not os.path.exists(target):
+                with contextlib.suppress(OSError):
+                    os.link(os.path.join(folder, row["path"]), target)
+
+
+def _forget_download(partial: str, rel: str) -> None:
+    meta = os.path.join(partial, ".cache", "huggingface", "download", rel + ".metadata")
+    with contextlib.suppress(OSError):
+        os.unlink(meta)
+
+
+def sparse_copy(src: str, dst: str) -> None:
+    """Copy a file keeping its holes (SEEK_DATA/SEEK_HOLE): a sparse checkpoint stays sparse."""
+    size = os.path.getsize(src)
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        fd = fin.fileno()
+        offset = 0
+        while offset < size:
+            try:
+                data = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError as error:
+                if error.errno == errno.ENXIO:  # only a hole is left
+                    break
+                raise
+            hole = os.lseek(fd, data, os.SEEK_HOLE)
+            fin.seek(data)
+            fout.seek(data)
+            left = hole - data
+            while left > 0:
+                block = fin.read(min(SPARSE_BLOCK, left))
+                if not block:
+                    break
+                fout.write(block)
+                left -= len(block)
+            offset = hole
+        fout.truncate(size)
+    shutil.copystat(src, dst)
+
+
+def fetch_file(source: Source, dest: str) -> FetchResult:
+    """Copy a controller directory (an air-gapped fleet's internal copy) with its manifest.
+
+    When the directory carries a onecat manifest (it was fetched before), the copy is checked
+    against it and keeps its source and commit; otherwise every file is hashed here.
+    """
+    src = source.path or ""
+    if not os.path.isdir(src):
+        raise FetchError(f"{source}: no such directory on this machine")
+    try:
+        known = load_manifest(src)
+    except ManifestError as error:
+        if os.path.exists(os.path.join(src, MANIFEST_NAME)):
+            raise FetchError(str(error)) from error
+        known = None
+    if known is not None:
+        names = [f["path"] for f in known["files"]]
+    else:
+        try:
+            names = select_engine_files(sorted(os.listdir(src)))
+        except SourceError as error:
+            raise FetchError(f"{source}: {error}") from error
+        names = [n for n in names if os.path.isfile(os.path.join(src, n))]
+    existing = _current(dest, known.get("commit") if known else None,
+                        known["digest"] if known else None)
+    if existing is not None and (known is not None or existing.get("source") == str(source)):
+        return FetchResult(dest, existing, downloaded=False)
+    total = sum(os.path.getsize(os.path.join(src, n)) for n in names if
+                os.path.exists(os.path.join(src, n)))
+    partial = dest.rstrip("/") + PARTIAL_SUFFIX
+    shutil.rmtree(partial, ignore_errors=True)
+    check_free_space(dest, total)
+    os.makedirs(partial)
+    try:
+        for name in names:
+            sparse_copy(os.path.join(src, name), os.path.join(partial, name))
+        if known is not None:
+            result = verify_dir(partial, known, mode="full", write_stamp=False)
+            if not result["ok"]:
+                raise FetchError(f"{source}: the copy does not match the source's manifest: "
+                                 f"{'; '.join(result['problems'])}")
+            manifest = known
+        else:
+            rows = [{"path": n, "size": os.path.getsize(os.path.join(partial, n)),
+                     "sha256": hash_file(os.path.join(partial, n))} for n in names]
+            manifest = build_manifest(rows, source=str(source))
+        write_json_atomic(os.path.join(partial, MANIFEST_NAME), manifest)
+    except FileNotFoundError as error:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise FetchError(f"{source}: {error.filename} vanished during the copy") from error
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    _replace_dest(partial, dest)
+    return FetchResult(dest, manifest, downloaded=True)
+
+
+def fetch(source_text: str, dest: str, *, token_file: str | None = None,
+          progress: bool = True) -> FetchResult:
+    """Fetch `source_text` into `dest` (a directory that holds only this model)."""
+    try:
+        source = parse_source(source_text)
+    except SourceError as error:
+        raise FetchError(str(error)) from error
+    if source.kind == "node":
+        raise FetchError(f"{source}: a node: source is already on every node; nothing to "
+                         "fetch (the model stage verifies it there)")
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        raise FetchError(f"{dest}: exists and is not a directory")
+    if os.path.isdir(dest) and os.listdir(dest) and not os.path.exists(
+            os.path.join(dest, MANIFEST_NAME)):
+        raise FetchError(f"{dest}: not empty and holds no {MANIFEST_NAME}: refusing to "
+                         "replace a directory onecat did not write")
+    if source.kind == "file":
+        return fetch_file(source, dest)
+    return fetch_hf(source, dest, token=read_token(token_file), progress=progress)
+
+
+# --- planning over HTTP ------------------------------------------------------------------
+
+
+def _write_header_file(path: str, tensors: dict[str, Any], metadata: dict[str, Any]) -> None:
+    """A safetensors file with the real header and a sparse data region of the real size."""
+    import json
+
+    header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+    end = 0
+    for name, info in tensors.items():
+        header[name] = {"dtype": info.dtype, "shape": list(info.shape),
+                        "data_offsets": list(info.data_offsets)}
+        end = max(end, int(info.data_offsets[1]))
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as handle:
+        handle.write(struct.pack("<Q", len(raw)))
+        handle.write(raw)
+        handle.truncate(8 + len(raw) + end)
+
+
+def plan_remote(source_text: str, planner: Callable[..., dict[str, Any]], *,
+                token_file: str | None = None, **options: Any) -> dict[str, Any]:
+    """Plan a Hub model from its config files and safetensors headers, read over HTTP
+    (range requests); the weights are never downloaded. ``planner`` is the on-disk
+    planner (``plan_model``), run on a directory that holds the real config files and
+    header-only safetensors files, so both plans are the same by construction."""
+    try:
+        source = parse_source(source_text)
+    except SourceError as error:
+        raise FetchError(str(error)) from error
+    if source.kind != "hf":
+        raise FetchError(f"{source}: only hf: sources are planned remotely")
+    token = read_token(token_file)
+    snap = remote_snapshot(source, token)
+    hub = _hub()
+    api = hub.HfApi(endpoint=endpoint(), token=token)
+    names = {f.path for f in snap.files}
+    with tempfile.TemporaryDirectory(prefix="onecat-plan-") as shadow:
+        old = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+        hub.utils.disable_progress_bars()
+        try:
+            with _translated(source, token):
+                for name in PLAN_FILES:
+                    if name in names:
+                        hub.hf_hub_download(source.repo, name, revision=snap.commit,
+                                            local_dir=shadow, endpoint=endpoint(),
+                                            token=token,
+                                            cache_dir=os.path.join(shadow, ".cache", "hub"))
+                for remote in snap.files:
+                    if remote.path.endswith(".safetensors"):
+                        meta = api.parse_safetensors_file_metadata(
+                            source.repo, remote.path, revision=snap.commit)
+                        _write_header_file(os.path.join(shadow, remote.path), meta.tensors,
+                                           meta.metadata)
+        finally:
+            if old is None:
+                hub.utils.enable_progress_bars()
+        shutil.rmtree(os.path.join(shadow, ".cache"), ignore_errors=True)
+        plan = planner(shadow, **options)
+    label = f"hf:{source.repo}@{source.revision}"
+    plan["model_dir"] = label if source.revision == snap.commit else f"{label} ({snap.commit})"
+    plan["source"] = {"source": str(source), "commit": snap.commit,
+                      "total_size": snap.total_size, "files": len(snap.files)}
+    return plan
+
+
+__all__ = ["ENGINE_FILES", "FetchError", "FetchResult", "fetch", "plan_remote",
+           "remote_snapshot", "sparse_copy"]

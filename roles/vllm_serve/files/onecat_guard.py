@@ -1,0 +1,1 @@
+../../../onecat/serve/guard.py

@@ -1,0 +1,302 @@
+"""The gateway with a real HAProxy (Debian's package) on loopback in front of stand-in engines.
+
+What the gateway role renders is what runs here: the role's template, HAProxy's own
+validation (`haproxy -c`), its runtime API through onecat.gateway.runtime, the keys map
+from onecat.gateway.keys and the servers from onecat.gateway.backends.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "standin_engine"))
+
+from gateway_harness import Agent, Engine, base_vars, haproxy, render, wait_until  # noqa: E402
+from gateway_load import LoadClient, failed, stream_completion, truncated  # noqa: E402
+
+from onecat.gateway import backends, keys  # noqa: E402
+from onecat.gateway.runtime import Runtime, servers  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None,
+                                reason="haproxy is not installed (bootstrap.sh installs it)")
+
+MODEL = "standin-model"
+# Streams long enough to be in flight while a node is drained: 40 tokens x 15 ms.
+SLOW = {"STANDIN_DECODE_MS": "15"}
+TOKENS = 40
+
+
+def node_states(engines: list[Engine], agents: list[Agent] | None = None,
+                max_num_seqs: int = 8) -> dict[str, dict]:
+    return {e.name: {"serving": True, "in_rotation": True, "address": "127.0.0.1",
+                     "port": e.port, "max_num_seqs": max_num_seqs,
+                     "agent_port": agents[i].port if agents else 0}
+            for i, e in enumerate(engines)}
+
+
+def gateway_vars(tmp_path: Path, engines: list[Engine], agents: list[Agent] | None = None,
+                 **extra) -> dict:
+    variables = base_vars(tmp_path)
+    selection = backends.select(node_states(engines, agents))
+    variables["gateway_servers"] = [s.as_dict() for s in selection.servers]
+    if agents:
+        variables["gateway_agent_port"] = agents[0].port
+    variables.update(extra)
+    return variables
+
+
+@pytest.fixture
+def engines(tmp_path: Path):
+    started = [Engine(tmp_path, name, env=SLOW).start()
+               for name in ("node-a", "node-b", "node-c")]
+    yield started
+    for engine in started:
+        engine.stop()
+
+
+def get(url: str, key: str = "") -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def all_up(runtime: Runtime, count: int) -> bool:
+    up = [s for s in servers(runtime.stat(), "onecat_nodes") if s.status.startswith("UP")]
+    return len(up) == count
+
+
+def test_rendered_config_validates_and_spreads_requests(tmp_path: Path, engines) -> None:
+    variables = gateway_vars(tmp_path, engines)
+    text = render(variables)
+    assert "balance leastconn" in text and "retry-on conn-failure empty-response" in text
+    assert text.count("maxconn 8") == 3  # from --max-num-seqs
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3)), runtime.stat()
+        outcomes = [stream_completion(gw.url, MODEL, max_tokens=4) for _ in range(12)]
+        assert not failed(outcomes) and not truncated(outcomes, 4)
+        served = {s.server: s.total for s in servers(runtime.stat(), "onecat_nodes")}
+        assert all(count > 0 for count in served.values()), served
+        status, metrics = get(gw.admin_url + "/metrics")
+        assert status == 200 and "haproxy_server_current_sessions" in metrics
+        assert get(gw.admin_url + "/stats")[0] == 200
+
+
+def test_drain_wait_restart_ready_loses_no_stream(tmp_path: Path, engines) -> None:
+    variables = gateway_vars(tmp_path, engines)
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3))
+        load = LoadClient(gw.url, MODEL, workers=6, max_tokens=TOKENS, max_seconds=60).start()
+        try:
+            time.sleep(1.0)
+            for engine in engines:  # every node, one after another, as the serve stage does
+                before = runtime.status("onecat_nodes", engine.name)
+                runtime.set_state("onecat_nodes", engine.name, "drain")
+                idle, left, waited = runtime.wait_idle("onecat_nodes", engine.name, timeout=30)
+                assert idle, f"{engine.name} still has {left} session(s) after {waited:.1f} s"
+                engine.stop()
+                engine.start()
+                runtime.set_state("onecat_nodes", engine.name, "ready")
+                assert wait_until(lambda: all_up(runtime, 3), timeout=10), runtime.stat()
+                assert before is not None
+            time.sleep(1.0)
+        finally:
+            outcomes = load.stop()
+    assert len(outcomes) > 30, len(outcomes)
+    assert not failed(outcomes), failed(outcomes)[:3]
+    assert not truncated(outcomes, TOKENS), truncated(outcomes, TOKENS)[:3]
+
+
+def test_restart_without_drain_does_cut_streams(tmp_path: Path, engines) -> None:
+    """The control: the load client does see what a drain prevents."""
+    variables = gateway_vars(tmp_path, engines)
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3))
+        load = LoadClient(gw.url, MODEL, workers=6, max_tokens=TOKENS, max_seconds=30).start()
+        try:
+            time.sleep(1.0)
+            engines[0].process.kill()
+            time.sleep(1.0)
+        finally:
+            outcomes = load.stop()
+    assert failed(outcomes) or truncated(outcomes, TOKENS)
+
+
+def test_failed_gate_keeps_the_node_in_maint_with_its_reason(tmp_path: Path, engines) -> None:
+    agents = [Agent(tmp_path / f"agent-{e.name}") for e in engines]
+    try:
+        variables = gateway_vars(tmp_path, engines, agents)
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: all_up(runtime, 3))
+            reason = "gate failed: the smoke completion is one token repeated"
+            agents[0].say(f"maint down #{reason}")
+            runtime.set_state("onecat_nodes", "node-a", "maint")
+            status = wait_until(lambda: (s := runtime.status("onecat_nodes", "node-a"))
+                                and reason in s.agent and s, timeout=5)
+            assert status and status.admin == "maint", runtime.status("onecat_nodes", "node-a")
+            # An operator's `ready` does not bring it back while the node says maint.
+            runtime.set_state("onecat_nodes", "node-a", "ready")
+            time.sleep(1.0)
+            assert runtime.status("onecat_nodes", "node-a").admin == "maint"
+            total = runtime.status("onecat_nodes", "node-a").total
+            outcomes = [stream_completion(gw.url, MODEL, max_tokens=2) for _ in range(9)]
+            assert not failed(outcomes)
+            assert runtime.status("onecat_nodes", "node-a").total == total
+            # A later gate passes: the node says up, and ready puts it back in rotation.
+            agents[0].say("up")
+            runtime.set_state("onecat_nodes", "node-a", "ready")
+            time.sleep(1.0)
+            assert runtime.status("onecat_nodes", "node-a").admin == "ready"
+    finally:
+        for agent in agents:
+            agent.close()
+
+
+def test_the_agent_answer_needs_its_newline(tmp_path: Path, engines) -> None:
+    """Why roles/gateway/tasks/node.yml ends the answer with a newline: HAProxy drops it else."""
+    agents = [Agent(tmp_path / f"agent-{e.name}") for e in engines]
+    reason = ("fleet-a: the server at http://127.0.0.1:8000 failed its smoke test: the smoke "
+              "completion is one token repeated ('!' x 16: '!!!!'), the garbage/NaN symptom")
+    try:
+        variables = gateway_vars(tmp_path, engines, agents)
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: all_up(runtime, 3))
+            agents[0].state_file.write_text(f"maint down #{reason}")
+            status = wait_until(lambda: (s := runtime.status("onecat_nodes", "node-a"))
+                                and "incomplete line" in s.agent and s, timeout=15)
+            assert status, runtime.status("onecat_nodes", "node-a")
+            agents[0].state_file.write_text(f"maint down #{reason}\n")
+            status = wait_until(lambda: (s := runtime.status("onecat_nodes", "node-a"))
+                                and "smoke test" in s.agent and s, timeout=15)
+            assert status and status.admin == "maint", runtime.status("onecat_nodes", "node-a")
+    finally:
+        for agent in agents:
+            agent.close()
+
+
+def test_client_keys_rate_limit_and_the_engine_key(tmp_path: Path) -> None:
+    engine_key = "engine-secret-0123456789"
+    alice, batch = "sk-alice-0123456789abcdef", "sk-batch-0123456789abcdef"
+    engines = [Engine(tmp_path, n, args=["--api-key", engine_key]).start() for n in ("k1", "k2")]
+    try:
+        key_file = tmp_path / "keys"
+        key_file.write_text(f"alice {alice}\nbatch {batch} 3\n")
+        client_keys = keys.parse_keys(key_file.read_text())
+        key_map = tmp_path / "keys.map"
+        key_map.write_text(keys.render_key_map(client_keys))
+        assert "sk-alice" not in key_map.read_text()
+        # Checked on an authenticated route, so a wrong engine key shows as DOWN.
+        variables = gateway_vars(tmp_path, engines, gateway_key_map_path=str(key_map),
+                                 gateway_rate_limits=keys.rate_limits(client_keys),
+                                 gateway_engine_api_key=engine_key,
+                                 gateway_check_path="/v1/models")
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: all_up(runtime, 2)), runtime.stat()
+            assert stream_completion(gw.url, MODEL, 2, key=alice).status == 200
+            assert stream_completion(gw.url, MODEL, 2).status == 401
+            assert stream_completion(gw.url, MODEL, 2, key="sk-wrong-" + "0" * 16).status == 401
+            statuses = [stream_completion(gw.url, MODEL, 2, key=batch).status
+                        for _ in range(5)]
+            assert statuses[:3] == [200, 200, 200] and 429 in statuses[3:], statuses
+            assert stream_completion(gw.url, MODEL, 2, key=alice).status == 200
+        (tmp_path / "w").mkdir()
+        wrong = gateway_vars(tmp_path / "w", engines, gateway_check_path="/v1/models",
+                             gateway_engine_api_key="not-the-engine-key-000")
+        with haproxy(tmp_path / "w", wrong) as gw:
+            runtime = Runtime(gw.socket)
+            time.sleep(1.5)
+            assert not any(s.status.startswith("UP")
+                           for s in servers(runtime.stat(), "onecat_nodes"))
+    finally:
+        for engine in engines:
+            engine.stop()
+
+
+def test_bad_certificate_is_refused_and_the_running_gateway_keeps_serving(
+        tmp_path: Path, engines) -> None:
+    variables = gateway_vars(tmp_path, engines)
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3))
+        bad_pem = tmp_path / "bad.pem"
+        bad_pem.write_text("-----BEGIN CERTIFICATE-----\nnot a certificate\n"
+                           "-----END CERTIFICATE-----\n")
+        candidate = render({**variables, "gateway_tls_pem_path": str(bad_pem)})
+        check = gw.check(candidate)
+        assert check.returncode != 0 and "bad.pem" in (check.stdout + check.stderr)
+        assert stream_completion(gw.url, MODEL, 2).status == 200
+
+
+def test_malformed_key_file_is_refused_with_line_numbers() -> None:
+    with pytest.raises(keys.KeyFileError) as error:
+        keys.parse_keys("alice short\nbob sk-0123456789abcdef0 many\n", "keys.txt")
+    assert "keys.txt line 1" in str(error.value) and "keys.txt line 2" in str(error.value)
+    assert "short" not in str(error.value).replace("short key", "")
+
+
+def test_hitless_reload_keeps_streams_in_flight(tmp_path: Path, engines) -> None:
+    variables = gateway_vars(tmp_path, engines)
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3))
+        load = LoadClient(gw.url, MODEL, workers=4, max_tokens=TOKENS, max_seconds=30).start()
+        try:
+            time.sleep(0.8)
+            gw.config.write_text(render({**variables, "gateway_retries": 2}))
+            gw.reload()
+            time.sleep(1.5)
+        finally:
+            outcomes = load.stop()
+    assert len(outcomes) > 8
+    assert not failed(outcomes) and not truncated(outcomes, TOKENS)
+
+
+def test_stat_rows_parse(tmp_path: Path, engines) -> None:
+    variables = gateway_vars(tmp_path, engines)
+    with haproxy(tmp_path, variables) as gw:
+        rows = Runtime(gw.socket).stat()
+        assert {"pxname", "svname", "scur", "stot", "status"} <= set(rows[0])
+        json.dumps(rows)
+
+
+def test_bench_through_the_gateway_and_the_report_shows_each_nodes_share(
+        tmp_path: Path, engines) -> None:
+    from onecat.cli import main as onecat
+
+    variables = gateway_vars(tmp_path, engines)
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3))
+        run = tmp_path / "run"
+        status = onecat(["bench", "--url", gw.url, "--out", str(run / "gateway"),
+                         "--concurrency", "1,3", "--input-len", "16", "--output-len", "4",
+                         "--requests-per-level", "6", "--warmup", "0", "--quiet",
+                         "--gateway-stats", gw.admin_url + "/stats"])
+        assert status == 0
+    share = json.loads((run / "gateway" / "gateway-share.json").read_text())
+    assert sorted(share["servers"]) == ["node-a", "node-b", "node-c"]
+    # Every request of the run (and the bench's own probes) went to some node.
+    assert share["total"] >= 12
+    assert all(row["requests"] > 0 for row in share["servers"].values()), share
+    assert onecat(["report", str(run), "--no-plots"]) == 0
+    report = (run / "report.md").read_text()
+    assert "Requests per node through the gateway" in report and "| node-b |" in report

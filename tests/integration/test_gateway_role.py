@@ -1,0 +1,84 @@
+"""The gateway role refuses bad input before it writes anything (real ansible-playbook, local).
+
+The refusals happen on the controller, before HAProxy's files are touched: a running
+gateway keeps its configuration. The rest of the role (package, service, reload) needs a
+systemd host and is exercised by the molecule `fleet` scenario.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOK = "- hosts: gateway\n  gather_facts: false\n  roles: [gateway]\n"
+
+
+def run_role(tmp_path: Path, nodes: dict, *extra: str) -> subprocess.CompletedProcess:
+    inventory = {"all": {"children": {
+        "v100": {"hosts": {name: ({"onecat_gateway_node": state} if state else {})
+                           for name, state in nodes.items()}},
+        "gateway": {"hosts": {"gw": {"ansible_connection": "local",
+                                     "ansible_python_interpreter": sys.executable}}},
+    }}}
+    (tmp_path / "inv.yml").write_text(yaml.safe_dump(inventory))
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    config = tmp_path / "haproxy.cfg"
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inv.yml"),
+         str(tmp_path / "play.yml"), "-e", f"gateway_config_file={config}",
+         "-e", f"gateway_files_dir={tmp_path / 'files'}", *extra],
+        capture_output=True, text=True, cwd=REPO, check=False, timeout=300,
+        env={**os.environ, "ANSIBLE_NOCOLOR": "1"})
+
+
+SERVING = {"serving": True, "in_rotation": True, "address": "127.0.0.1", "port": 8000,
+           "max_num_seqs": 64}
+
+
+@pytest.mark.parametrize("content", ["alice sk-alice-0123456789abcdef\nbob short\n",
+                                     "alice sk-alice-0123456789abcdef 0\n"])
+def test_a_malformed_key_file_is_refused_before_anything_is_written(tmp_path, content):
+    (tmp_path / "haproxy.cfg").write_text("# the running configuration\n")
+    keys = tmp_path / "keys"
+    keys.write_text(content)
+    keys.chmod(0o600)
+    proc = run_role(tmp_path, {"n1": SERVING}, "-e", f"onecat_gateway_keys_file={keys}")
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    assert "gw: the client key file is refused" in output and "line" in output
+    assert "the gateway keeps its current configuration" in output
+    assert "sk-alice" not in output
+    assert (tmp_path / "haproxy.cfg").read_text() == "# the running configuration\n"
+    assert not (tmp_path / "files").exists()
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("alice sk-alice-0123456789abcdef\n")
+    keys.chmod(0o644)
+    proc = run_role(tmp_path, {"n1": SERVING}, "-e", f"onecat_gateway_keys_file={keys}")
+    assert proc.returncode != 0 and "chmod 600" in proc.stdout + proc.stderr
+
+
+def test_a_gateway_without_a_serving_node_is_refused(tmp_path):
+    proc = run_role(tmp_path, {"n1": None, "n2": {**SERVING, "in_rotation": False,
+                                                  "reason": "gate failed"}})
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    assert "gw has no serving back end, so it would answer every request with 503" in output
+    assert "n1: no serving state on the node" in output and "n2: gate failed" in output
+    assert not (tmp_path / "haproxy.cfg").exists()
+
+
+def test_a_gateway_on_a_node_needs_its_own_port(tmp_path):
+    inventory_vars = ("-e", '{"onecat_gateway_port": 8000}')
+    proc = run_role(tmp_path, {"n1": SERVING}, *inventory_vars, "-l", "gw",
+                    "-e", "gateway_nodes_group=gateway")
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0 and "needs a port other than the node's server" in output

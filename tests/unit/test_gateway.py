@@ -1,0 +1,163 @@
+"""The gateway's pure logic: back-end selection, maxconn, the key file, the runtime API client."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from onecat.gateway import backends, keys
+from onecat.gateway.runtime import Runtime, RuntimeApiError, admin_state, parse_stat
+
+SERVING = {"serving": True, "in_rotation": True, "address": "10.0.0.11", "port": 8000,
+           "max_num_seqs": 64, "agent_port": 8003}
+
+
+def test_only_nodes_that_passed_a_gate_become_servers() -> None:
+    selection = backends.select({
+        "gpu-01": SERVING,
+        "gpu-02": None,
+        "gpu-03": {**SERVING, "serving": False, "reason": "no previous unit to roll back to"},
+        "gpu-04": {**SERVING, "in_rotation": False, "reason": "smoke completion\n  garbage"},
+        "gpu-05": {**SERVING, "address": ""},
+    })
+    assert [s.name for s in selection.servers] == ["gpu-01", "gpu-04"]
+    assert [s.name for s in selection.enabled] == ["gpu-01"]
+    assert selection.servers[1].reason == "smoke completion garbage"
+    assert "never passed the serve gate" in selection.excluded["gpu-02"]
+    assert "no previous unit" in selection.excluded["gpu-03"]
+    assert "onecat_gateway_address" in selection.excluded["gpu-05"]
+
+
+def test_maxconn_follows_max_num_seqs() -> None:
+    assert backends.maxconn(SERVING) == 64
+    assert backends.maxconn({**SERVING, "max_num_seqs": "32"}) == 32
+    assert backends.maxconn({**SERVING, "max_num_seqs": None}) == backends.DEFAULT_MAX_NUM_SEQS
+    assert backends.maxconn(SERVING, factor=1.5) == 96
+    assert backends.maxconn(SERVING, override=10) == 10
+
+
+def test_a_gateway_without_a_serving_node_is_refused_with_reasons() -> None:
+    selection = backends.select({"gpu-01": None,
+                                 "gpu-02": {**SERVING, "in_rotation": False, "reason": "gate"}})
+    with pytest.raises(backends.NoBackendError) as error:
+        backends.require_backend(selection, "gw-1")
+    message = str(error.value)
+    assert "gw-1 has no serving back end" in message and "gpu-01" in message
+    assert "gpu-02: gate" in message
+    backends.require_backend(backends.select({"gpu-01": SERVING}))
+
+
+def test_server_names_are_safe_for_haproxy() -> None:
+    assert backends.server_name("node 1/a") == "node_1_a"
+
+
+def test_key_file_parses_and_renders_hashes_only() -> None:
+    parsed = keys.parse_keys("# comment\n\nalice sk-0123456789abcdef0\n"
+                             "batch  sk-fedcba9876543210f  120\n")
+    assert [(k.name, k.rate_per_minute) for k in parsed] == [("alice", 0), ("batch", 120)]
+    rendered = keys.render_key_map(parsed)
+    assert "sk-0123" not in rendered
+    assert hashlib.sha256(b"sk-0123456789abcdef0").hexdigest() + " alice\n" in rendered
+    assert keys.rate_limits(parsed) == {"batch": 120}
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("alice\n", "expected 'NAME KEY"),
+    ("al/ice sk-0123456789abcdef0\n", "name 'al/ice'"),
+    ("alice short\n", "at least 16"),
+    ("alice sk-0123456789abcdef0 fast\n", "whole number"),
+    ("alice sk-0123456789abcdef0 0\n", "whole number"),
+    ("alice sk-0123456789abcdef0\nalice sk-0123456789abcdef1\n", "already used on line 1"),
+    ("alice sk-0123456789abcdef0\nbob sk-0123456789abcdef0\n", "same as on line 1"),
+    ("# nothing\n", "holds no key"),
+    ("alice sk-0123456789abcdéf0\n", "bearer-token characters"),
+])
+def test_malformed_key_files_are_refused(text: str, fragment: str) -> None:
+    with pytest.raises(keys.KeyFileError) as error:
+        keys.parse_keys(text, "keys.txt")
+    assert fragment in str(error.value)
+    assert "sk-0123456789abcdef" not in str(error.value)  # never echo a key
+
+
+def test_key_file_must_be_owner_only() -> None:
+    keys.check_mode_bits(0o100600)
+    with pytest.raises(keys.KeyFileError, match="chmod 600"):
+        keys.check_mode_bits(0o100644, "keys.txt")
+
+
+STAT = (
+    "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,last_chk,last_agt,\n"
+    "onecat,FRONTEND,,,3,5,4096,40,OPEN,,,\n"
+    "onecat_nodes,gpu-01,0,0,2,4,64,30,UP,L7OK,via agent : up,\n"
+    "onecat_nodes,gpu-02,0,0,0,2,64,10,MAINT,,via agent : down (gate failed),\n"
+    "onecat_nodes,BACKEND,0,0,2,5,,40,UP,,,\n"
+)
+
+
+class FakeSocket:
+    """HAProxy's answers, scripted: sessions on gpu-01 drop by one per `show stat`."""
+
+    def __init__(self, sessions: list[int]) -> None:
+        self.sessions = sessions
+        self.sent: list[str] = []
+
+    def __call__(self, address: str, command: str, timeout: float) -> str:
+        self.sent.append(command)
+        if command == "show stat":
+            scur = self.sessions.pop(0) if len(self.sessions) > 1 else self.sessions[0]
+            return STAT.replace("onecat_nodes,gpu-01,0,0,2", f"onecat_nodes,gpu-01,0,0,{scur}")
+        if command.startswith("set server onecat_nodes/gpu-01 "):
+            return "\n"
+        return "No such server.\n"
+
+
+def test_stat_parsing_and_admin_state() -> None:
+    rows = parse_stat(STAT)
+    assert rows[1]["svname"] == "gpu-01" and rows[1]["scur"] == "2"
+    assert admin_state(rows[2]) == "maint" and admin_state({"status": "DRAIN (agent)"}) == "drain"
+    assert admin_state(rows[1]) == "ready"
+    with pytest.raises(RuntimeApiError):
+        parse_stat("Unknown command\n")
+
+
+def test_wait_idle_polls_until_no_session() -> None:
+    fake = FakeSocket([3, 2, 1, 0])
+    clock = iter(range(100))
+    runtime = Runtime("/run/haproxy/admin.sock", execute_fn=fake)
+    runtime.set_state("onecat_nodes", "gpu-01", "drain")
+    idle, left, _ = runtime.wait_idle("onecat_nodes", "gpu-01", timeout=30,
+                                      clock=lambda: float(next(clock)), sleep=lambda s: None)
+    assert idle and left == 0
+    assert fake.sent[0] == "set server onecat_nodes/gpu-01 state drain"
+    assert fake.sent.count("show stat") == 4
+
+
+def test_wait_idle_gives_up_at_the_timeout() -> None:
+    clock = iter(range(100))
+    runtime = Runtime("x", execute_fn=FakeSocket([5]))
+    idle, left, waited = runtime.wait_idle("onecat_nodes", "gpu-01", timeout=3,
+                                           clock=lambda: float(next(clock)),
+                                           sleep=lambda s: None)
+    assert not idle and left == 5 and waited >= 3
+
+
+def test_refusals_of_the_runtime_api_are_errors() -> None:
+    runtime = Runtime("x", execute_fn=FakeSocket([0]))
+    with pytest.raises(RuntimeApiError, match="No such server"):
+        runtime.set_state("onecat_nodes", "gpu-09", "maint")
+    with pytest.raises(RuntimeApiError, match="state must be"):
+        runtime.set_state("onecat_nodes", "gpu-01", "up")
+    with pytest.raises(RuntimeApiError, match="newline"):
+        runtime.command("show stat\nshutdown frontend onecat")
+
+
+def test_share_is_the_difference_of_each_servers_session_count() -> None:
+    from onecat.gateway.share import share
+
+    after = STAT.replace("0,0,2,4,64,30,UP", "0,0,0,4,64,45,UP").replace(
+        "0,0,0,2,64,10,MAINT", "0,0,0,2,64,15,MAINT")
+    document = share(STAT, after)
+    assert document["total"] == 20
+    assert document["servers"]["gpu-01"] == {"requests": 15, "share": 0.75, "status": "UP"}
+    assert document["servers"]["gpu-02"]["requests"] == 5
