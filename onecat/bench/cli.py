@@ -135,20 +135,26 @@ def run_fleet(args: argparse.Namespace) -> int:
     return run_fleet_command(args, "playbooks/benchmark.yml", extra_vars=[json.dumps(load)])
 
 
-def _read_key(path: Path) -> str:
-    """The key alone, or the VLLM_API_KEY= line of an environment file (the serve role's)."""
+def _read_key(path: Path) -> str | None:
+    """The key alone, or the VLLM_API_KEY= line of an environment file (the serve role's).
+
+    An environment file without a key (VLLM_API_KEY= empty or absent) means the server has none.
+    """
     try:
         text = path.read_text()
     except OSError as exc:
         raise BenchError(f"cannot read --api-key-file {path}: {exc.strerror}") from None
-    key = text.strip()
-    for line in text.splitlines():
-        name, sep, value = line.strip().removeprefix("export ").partition("=")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) == 1 and not lines[0].startswith(("VLLM_API_KEY=", "export ")):
+        return lines[0]  # the key alone (it may itself contain "=")
+    if not lines:
+        raise BenchError(f"--api-key-file {path} is empty; put the server's API key in it")
+    key = ""
+    for line in lines:
+        name, sep, value = line.removeprefix("export ").partition("=")
         if sep and name.strip() == "VLLM_API_KEY":
             key = value.strip().strip("'\"")
-    if not key:
-        raise BenchError(f"--api-key-file {path} is empty; put the server's API key in it")
-    return key
+    return key or None
 
 
 def _write_share(args: argparse.Namespace, before: str) -> None:
