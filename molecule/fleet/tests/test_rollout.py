@@ -34,10 +34,13 @@ GOOD_ENV = json.dumps({"vllm_serve_image_env": {"VLLM_SM70_NVFP4_TURBOMIND": "1"
 MODEL = "qwen25-7b-nvfp4"
 LOAD_TOKENS = 24
 PROBE_LOG = "/var/tmp/onecat-probe.log"
+# The node's own key (every path of a node behind the gateway needs it).
+KEY_HEADER = ('-H "Authorization: Bearer $(sed -n s/^VLLM_API_KEY=//p /etc/onecat/vllm.env)"')
 # A bounded probe: one /health request every 0.5 s for at most 20 minutes.
 PROBE = (
-    "nohup sh -c 'for i in $(seq 1 2400); do "
-    "if curl -fsS -m 2 -o /dev/null http://127.0.0.1:8001/health; "
+    "nohup sh -c 'k=$(sed -n s/^VLLM_API_KEY=//p /etc/onecat/vllm.env); "
+    "for i in $(seq 1 2400); do "
+    "if curl -fsS -m 2 -o /dev/null -H \"Authorization: Bearer $k\" http://127.0.0.1:8001/health; "
     "then echo ok; else echo FAIL; fi "
     f">> {PROBE_LOG}; [ -e /var/tmp/onecat-probe.stop ] && break; sleep 0.5; done' "
     ">/dev/null 2>&1 &"
@@ -56,11 +59,22 @@ def node(name: str):
     )
 
 
+def node_address(name: str) -> str:
+    """A node's address on the scenario's Docker network (what the other nodes reach)."""
+    return subprocess.run(
+        ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
+         name], capture_output=True, text=True, check=True).stdout.split()[0]
+
+
 def gateway_url() -> str:
-    address = subprocess.run(
-        ["docker", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-         "fleet-b"], capture_output=True, text=True, check=True).stdout.strip()
-    return f"http://{address}:8000"
+    return f"http://{node_address('fleet-b')}:8000"
+
+
+def http_status(probe, url: str, key: str = "") -> int:
+    """HTTP status of a GET sent from the node `probe` (0: nothing answered)."""
+    auth = f"-H 'Authorization: Bearer {key}' " if key else ""
+    out = probe.run(f"curl -s -m 5 -o /dev/null -w '%{{http_code}}' {auth}'{url}'").stdout
+    return int(out.strip() or 0)
 
 
 def gateway_servers() -> dict[str, dict[str, str]]:
@@ -133,6 +147,19 @@ def test_first_rollout_holds_out_the_ecc_node_and_serves_the_others(run_playbook
     assert sorted(servers) == ["fleet-a", "fleet-b"], servers
     assert all(r["status"].startswith("UP") for r in servers.values()), servers
     assert stream_completion(gateway_url(), MODEL, max_tokens=8).tokens == 8
+    # The nodes publish on every address for the gateway, so they share one generated key:
+    # from another node, nothing answers without it; the gateway sends it.
+    fleet_key = (EPHEMERAL / "secrets" / "engine-api-key")
+    assert oct(fleet_key.stat().st_mode & 0o777) == "0o600"
+    key = fleet_key.read_text().strip()
+    assert len(key) == 43, len(key)
+    for name, port in (("fleet-a", 8000), ("fleet-b", 8001)):
+        env = node(name).check_output("cat /etc/onecat/vllm.env")
+        assert f"VLLM_API_KEY={key}" in env.splitlines(), name
+        url = f"http://{node_address(name)}:{port}"
+        for path in ("/health", "/v1/models", "/tokenize", "/metrics"):
+            assert http_status(node("fleet-c"), url + path) == 401, (name, path)
+        assert http_status(node("fleet-c"), url + "/v1/models", key) == 200, name
 
 
 def test_gateway_refuses_a_malformed_key_file_and_keeps_running(run_playbook, tmp_path):
@@ -178,7 +205,7 @@ def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
     assert "FAIL" not in samples
     assert b.file("/etc/systemd/system/vllm.service").content_string == unit_b
     # The canary serves the old image again, but stays out of rotation with its reason.
-    assert node("fleet-a").run("curl -fsS http://127.0.0.1:8000/health").rc == 0
+    assert node("fleet-a").run(f"curl -fsS {KEY_HEADER} http://127.0.0.1:8000/health").rc == 0
     assert rows["fleet-a"]["in_rotation"] is False
     servers = wait_for_servers(lambda rows: "smoke" in rows["fleet-a"]["last_agt"])
     assert servers["fleet-a"]["status"].startswith("MAINT"), servers["fleet-a"]
