@@ -61,7 +61,7 @@ def run_playbook(tmp_path: Path):
              "-e", "onecat_driver_batch=100%", *extra],
             capture_output=True,
             text=True,
-            timeout=900,
+            timeout=1800,  # a hang guard: the first fleet rollout takes ~10 min on 2 cores
             check=False,
             env={**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1"},
         )
