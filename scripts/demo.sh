@@ -35,6 +35,11 @@ if [ -z "${rollout}" ]; then
   exit 1
 fi
 run_dir="$(dirname "${rollout}")"
+serving="$(python3 -c 'import json,sys; print(sum(1 for h in json.load(open(sys.argv[1]))["hosts"] if h.get("serving")))' "${rollout}")"
+if [ "${serving}" = "0" ]; then
+  echo "demo.sh: no node serves after the deploy (exit ${deploy_rc}); each host's reason is in the summary above and in ${rollout}" >&2
+  exit 1
+fi
 
 # The gateway: the inventory's group `gateway`, reached at its container's address.
 gateway_host="$(ansible-inventory -i inventory/simulated.yml --list \
