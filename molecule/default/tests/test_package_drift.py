@@ -1,0 +1,39 @@
+"""A package removed or unheld by hand is repaired by a re-run, although the stages now ask dpkg
+before apt (apt is only called when a wanted package is missing or at another version)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+NODE = "onecat-node2"
+TOOLKIT = "nvidia-container-toolkit"
+STAGES = """
+- ansible.builtin.import_playbook: @PROJECT@/playbooks/runtime.yml
+"""
+
+
+def _sh(cmd: str) -> str:
+    return subprocess.run(["docker", "exec", NODE, "bash", "-c", cmd], check=True,
+                          capture_output=True, text=True, timeout=300).stdout
+
+
+def test_removed_and_unheld_packages_are_reinstalled_and_held_again(host, run_playbook):
+    if host.backend.hostname != NODE:
+        pytest.skip("drifts one node")
+    version = _sh(f"dpkg-query -W -f='${{Version}}' {TOOLKIT}")
+    # Drift: the operator removes the toolkit's CLI package and unholds the toolkit.
+    _sh(f"apt-mark unhold {TOOLKIT} && dpkg --remove --force-depends {TOOLKIT}")
+    assert "ii" not in _sh(f"dpkg-query -W -f='${{db:Status-Abbrev}}' {TOOLKIT} || true")
+
+    repaired = run_playbook(STAGES, "--limit", NODE)
+    assert repaired.rc == 0, repaired.output[-3000:]
+    assert repaired.recap(NODE)["changed"] >= 1, repaired.output[-3000:]
+    # Back at the pinned version, and held.
+    state = _sh(f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Version}}' {TOOLKIT}")
+    assert state == f"hi  {version}"
+
+    again = run_playbook(STAGES, "--limit", NODE)
+    assert again.rc == 0, again.output[-3000:]
+    assert again.recap(NODE)["changed"] == 0, again.output[-3000:]
