@@ -1,10 +1,12 @@
-"""Wall time of a full rollout and of an idempotent re-run, for 1 and 3 simulated nodes.
+"""Wall time of a full rollout, of an idempotent re-run, and of a re-run that repairs one node.
 
 Uses the `fleet` molecule scenario (Debian 12 systemd nodes in Docker, see README):
 for each fleet size it recreates the nodes, runs site.yml against the first N of
 them (fleet-c, the third, is held out by the health stage, as on a real fleet
-with one bad card), then runs it again with nothing changed. Prints one line per
-size. Needs what scripts/bootstrap.sh installs; takes 15-30 minutes on 2 cores.
+with one bad card), then runs it again with nothing changed, then edits fleet-a's
+vllm.service by hand (drift) and runs it once more: fleet-a must be repaired
+(changed > 0) and the others stay at changed=0. Prints one line per size. Needs what
+scripts/bootstrap.sh installs; takes 15-30 minutes on 2 cores.
 
     PATH=$PWD/.venv/bin:$PATH python benchmarks/rollout_time.py [--sizes 1,3]
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,41 +23,57 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 NODES = ["fleet-a", "fleet-b", "fleet-c"]
+UNIT = "/etc/systemd/system/vllm.service"
 
 
-def molecule(*args: str, quiet: bool = True) -> tuple[int, float]:
+def molecule(*args: str) -> tuple[int, float, str]:
     bindir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "NO_COLOR": "1"}
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "NO_COLOR": "1",
+           "ANSIBLE_NOCOLOR": "1"}
     started = time.monotonic()
     proc = subprocess.run(
         [str(bindir / "molecule"), *args], cwd=REPO, env=env, check=False,
-        stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.STDOUT if quiet else None,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-    return proc.returncode, time.monotonic() - started
+    return proc.returncode, time.monotonic() - started, proc.stdout
 
 
-def measure(size: int) -> dict[str, float | int]:
+def changed(output: str) -> dict[str, int]:
+    """changed= per host from the last PLAY RECAP of a run."""
+    recap = output[output.rfind("PLAY RECAP"):]
+    rows = re.findall(r"(?m)^(\S+)\s+: ok=\d+\s+changed=(\d+)", recap)
+    return {host: int(count) for host, count in rows if host != "localhost"}
+
+
+def measure(size: int) -> dict[str, object]:
     limit = ",".join(NODES[:size])
     molecule("destroy", "-s", "fleet")
-    rc, _ = molecule("create", "-s", "fleet")  # create + prepare
+    rc, _, _ = molecule("create", "-s", "fleet")  # create + prepare
     if rc:
         raise SystemExit(f"rollout_time: creating the fleet failed (rc {rc}); run it by hand")
-    first_rc, first = molecule("converge", "-s", "fleet", "--", "--limit", limit)
-    again_rc, again = molecule("converge", "-s", "fleet", "--", "--limit", limit)
+    first_rc, first, _ = molecule("converge", "-s", "fleet", "--", "--limit", limit)
+    again_rc, again, again_out = molecule("converge", "-s", "fleet", "--", "--limit", limit)
+    # Drift: an operator edits fleet-a's unit by hand; the re-run must put it back.
+    subprocess.run(["docker", "exec", "fleet-a", "sed", "-i", "$a # edited by hand", UNIT],
+                   check=True)
+    drift_rc, drift, drift_out = molecule("converge", "-s", "fleet", "--", "--limit", limit)
     molecule("destroy", "-s", "fleet")
     return {"size": size, "first_s": first, "first_rc": first_rc, "again_s": again,
-            "again_rc": again_rc}
+            "again_rc": again_rc, "again_changed": changed(again_out), "drift_s": drift,
+            "drift_rc": drift_rc, "drift_changed": changed(drift_out)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,3", help="fleet sizes to measure (default 1,3)")
     sizes = [int(part) for part in parser.parse_args().sizes.split(",")]
-    print(f"{'nodes':>5} {'rollout s':>10} {'rc':>3} {'re-run s':>9} {'rc':>3}")
+    print(f"{'nodes':>5} {'rollout s':>10} {'rc':>3} {'re-run s':>9} {'rc':>3} "
+          f"{'drift re-run s':>15} {'rc':>3}  changed per node (re-run / drift re-run)")
     for size in sizes:
         row = measure(size)
         print(f"{row['size']:>5} {row['first_s']:>10.0f} {row['first_rc']:>3} "
-              f"{row['again_s']:>9.0f} {row['again_rc']:>3}", flush=True)
+              f"{row['again_s']:>9.0f} {row['again_rc']:>3} {row['drift_s']:>15.0f} "
+              f"{row['drift_rc']:>3}  {row['again_changed']} / {row['drift_changed']}", flush=True)
     print("rc 2 with 3 nodes is expected: fleet-c is held out by the health stage.")
     return 0
 

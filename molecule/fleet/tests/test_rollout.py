@@ -46,6 +46,9 @@ PROBE = (
     ">/dev/null 2>&1 &"
 )
 
+# Header of the drain the serve role runs right before a restart (roles/gateway/tasks/drain.yml).
+DRAIN_TASK = "TASK [gateway : Drain the node at the gateway"
+
 
 def rollout(results: str) -> dict:
     summary = json.loads((EPHEMERAL / "results" / results / "rollout.json").read_text())
@@ -234,7 +237,9 @@ def test_good_upgrade_drains_each_node_and_no_stream_fails(run_playbook):
     servers = wait_for_servers(lambda rows: all(r["status"].startswith("UP")
                                                 for r in rows.values()))
     assert all(r["status"].startswith("UP") for r in servers.values()), servers
-    # Both nodes restarted under load; the drains made it invisible to the clients.
+    # Both nodes restarted under load, each drained right before its restart; the drains made
+    # it invisible to the clients.
+    assert run.output.count(DRAIN_TASK) == 2, run.output[-4000:]
     assert len(during) >= 20, len(during)
     assert not failed(outcomes), failed(outcomes)[:3]
     assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
@@ -250,5 +255,7 @@ def test_rerun_with_nothing_changed_changes_nothing(run_playbook):
     assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
     for name in ("fleet-a", "fleet-b", "fleet-c"):
         assert run.recap(name)["changed"] == 0, run.output[-4000:]
+    # Nothing restarted, so no node left the rotation, not even for a moment.
+    assert DRAIN_TASK not in run.output, run.output[-4000:]
     rows = rollout("rerun")
     assert rows["fleet-a"]["serving"] and rows["fleet-b"]["serving"]
