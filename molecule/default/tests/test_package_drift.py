@@ -1,8 +1,11 @@
 """A package removed or unheld by hand is repaired by a re-run, although the stages now ask dpkg
-before apt (apt is only called when a wanted package is missing or at another version)."""
+before apt (apt is only called when a wanted package is missing or at another version) and skip
+a node whose stage stamp matches (roles/stage_stamp: the package's dpkg state is in its
+fingerprint)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -23,6 +26,9 @@ def test_removed_and_unheld_packages_are_reinstalled_and_held_again(host, run_pl
     if host.backend.hostname != NODE:
         pytest.skip("drifts one node")
     version = _sh(f"dpkg-query -W -f='${{Version}}' {TOOLKIT}")
+    # The runs before this one (converge, idempotence) left the runtime stage's stamp.
+    stamp = json.loads(_sh("cat /var/lib/onecat/stamps/runtime.json"))
+    assert stamp["fingerprint"][f"package:{TOOLKIT}"] == f"hi {version}", stamp
     # Drift: the operator removes the toolkit's CLI package and unholds the toolkit.
     _sh(f"apt-mark unhold {TOOLKIT} && dpkg --remove --force-depends {TOOLKIT}")
     assert "ii" not in _sh(f"dpkg-query -W -f='${{db:Status-Abbrev}}' {TOOLKIT} || true")
@@ -30,6 +36,10 @@ def test_removed_and_unheld_packages_are_reinstalled_and_held_again(host, run_pl
     repaired = run_playbook(STAGES, "--limit", NODE)
     assert repaired.rc == 0, repaired.output[-3000:]
     assert repaired.recap(NODE)["changed"] >= 1, repaired.output[-3000:]
+    # The runtime stage's stamp saw the drift (dpkg state of a package it manages) ...
+    said = " ".join(repaired.output.split())
+    drift = f"{NODE}: the runtime stage runs: drift on the node: package:{TOOLKIT}: hi {version} ->"
+    assert drift in said, repaired.output[-3000:]
     # Back at the pinned version, and held.
     state = _sh(f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Version}}' {TOOLKIT}")
     assert state == f"hi  {version}"
@@ -37,3 +47,5 @@ def test_removed_and_unheld_packages_are_reinstalled_and_held_again(host, run_pl
     again = run_playbook(STAGES, "--limit", NODE)
     assert again.rc == 0, again.output[-3000:]
     assert again.recap(NODE)["changed"] == 0, again.output[-3000:]
+    # ... and the run after the repair skips the stage: its stamp matches again.
+    assert f"{NODE}: the runtime stage is skipped: unchanged" in " ".join(again.output.split())
