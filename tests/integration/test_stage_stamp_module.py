@@ -1,0 +1,83 @@
+"""library/stage_stamp.py through Ansible (`ansible localhost -c local -m stage_stamp`).
+
+Record, check, drift, check mode and removal, with real dpkg-query (this machine is Debian);
+units are not used here (no systemd in the test machine's container).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs dpkg-query")
+
+
+def run(args: dict[str, Any], *, check: bool = False) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "ANSIBLE_LIBRARY": str(REPO / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    command = [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
+               "-e", f"ansible_python_interpreter={sys.executable}", "-m", "stage_stamp",
+               "-a", json.dumps(args)]
+    if check:
+        command.append("--check")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False,
+                          cwd=REPO, timeout=120)
+    return json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_record_check_drift_and_removal(tmp_path: Path) -> None:
+    managed = tmp_path / "daemon.json"
+    managed.write_text("{}\n")
+    stamps = tmp_path / "stamps"
+    base = {"stage": "runtime", "want": "w1", "dir": str(stamps)}
+    record = {**base, "state": "record", "files": [str(managed)], "packages": ["dpkg"],
+              "outputs": {"result": {"serving": True}}}
+
+    first = run({**base})
+    assert first["current"] is False and "no stamp yet" in first["reason"]
+
+    dry = run(record, check=True)
+    assert dry["changed"] is True and not (stamps / "runtime.json").exists()
+
+    written = run(record)
+    assert written["changed"] is True, written
+    assert written["fingerprint"]["package:dpkg"].startswith("ii ")
+    assert run(record)["changed"] is False  # the same stamp again: nothing written
+
+    same = run({**base})
+    assert (same["current"], same["outputs"]) == (True, {"result": {"serving": True}})
+    assert run({**base, "want": "w2"})["current"] is False
+
+    managed.write_text('{"default-runtime": "runc"}\n')
+    drift = run({**base})
+    assert drift["current"] is False
+    assert drift["reason"].startswith(f"drift on the node: file:{managed}: sha256 ")
+
+    assert run({**base, "state": "absent"}, check=True)["changed"] is True
+    assert (stamps / "runtime.json").exists()
+    assert run({**base, "state": "absent"})["changed"] is True
+    assert not (stamps / "runtime.json").exists()
+    assert run({**base, "state": "absent"})["changed"] is False
+
+
+def test_bad_input_gets_a_clear_message(tmp_path: Path) -> None:
+    bad = run({"stage": "../etc", "want": "w", "dir": str(tmp_path)})
+    assert bad.get("failed") is True and "letters, digits" in bad["msg"]
+    empty = run({"stage": "serve", "state": "record", "dir": str(tmp_path)})
+    assert empty.get("failed") is True and "want is empty for the serve stage" in empty["msg"]
