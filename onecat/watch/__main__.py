@@ -10,8 +10,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from onecat.health.nvml import NvmlUnavailable
+from onecat.serve.gate import key_from_env_file
 
-from .look import EXIT_CANNOT_READ, EXIT_FINDINGS, EXIT_HEALTHY, look
+from .look import EXIT_CANNOT_READ, EXIT_FINDINGS, EXIT_HEALTHY, Probe, look
+
+
+def _probe(args: argparse.Namespace) -> Probe | None:
+    if not args.probe_url:
+        return None
+    prompts = [line.strip() for line in args.probe_prompts.read_text().splitlines()
+               if line.strip() and not line.startswith("#")]
+    key = key_from_env_file(args.api_key_file.read_text()) if args.api_key_file else ""
+    return Probe(args.probe_url.rstrip("/"), args.probe_model, prompts, args.references,
+                 key, args.record_references)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,7 +38,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="node_exporter textfile (written when its folder exists)")
     parser.add_argument("--kernel-log", help="kernel log to read Xid events from "
                                              "(default: journalctl -k, then dmesg)")
+    parser.add_argument("--probe-url", help="the node's own server (e.g. http://127.0.0.1:8000): "
+                                            "ask it the probe prompts")
+    parser.add_argument("--probe-model", default="", help="served model name for the probe")
+    parser.add_argument("--probe-prompts", type=Path,
+                        help="file of fixed prompts, one per line (# comments)")
+    parser.add_argument("--references", type=Path,
+                        default=Path("/var/lib/onecat/watch/references.json"),
+                        help="the answers recorded when the node passed its gate")
+    parser.add_argument("--record-references", action="store_true",
+                        help="record this look's answers as the references (after a gate)")
+    parser.add_argument("--api-key-file", type=Path,
+                        help="environment file with VLLM_API_KEY (the server's key)")
     args = parser.parse_args(argv)
+    if args.probe_url and not (args.probe_model and args.probe_prompts):
+        parser.error("--probe-url needs --probe-model and --probe-prompts")
     try:
         import pynvml
     except ImportError:
@@ -36,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CANNOT_READ
     try:
         result, findings = look(pynvml, args.state_dir, args.verdict_file, args.metrics_file,
-                                args.kernel_log)
+                                args.kernel_log, quality=_probe(args))
     except NvmlUnavailable as error:
         print(f"onecat watch: NVIDIA driver not loaded on {platform.node()}: NVML error "
               f"{error.code}: {error.text}", file=sys.stderr)

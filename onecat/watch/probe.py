@@ -9,8 +9,11 @@ same bits gives the same tokens).
 
 from __future__ import annotations
 
+import time
 import unicodedata
 from dataclasses import dataclass
+
+from onecat.serve.gate import repeated_token, smoke
 
 # Long enough to judge; shorter answers are only checked for emptiness and text.
 MIN_WORDS = 12
@@ -51,6 +54,9 @@ def garbage(text: str) -> str | None:
     share = _printable_share(text)
     if share < MIN_PRINTABLE_SHARE:
         return f"not text: only {share:.0%} of its characters are printable"
+    piece = repeated_token(text)
+    if piece is not None:
+        return f"collapsed into repetition: one token repeated ({piece!r})"
     words = text.lower().split()
     word, run = _longest_run(words)
     if run >= MAX_RUN:
@@ -70,3 +76,24 @@ def judge(answer: str, reference: str | None) -> ProbeVerdict:
         return ProbeVerdict(False, f"differs from the reference answer: {answer[:60]!r} "
                                    f"instead of {reference[:60]!r}")
     return ProbeVerdict(True, "matches the reference" if reference is not None else "reads as text")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    prompt: str
+    answer: str
+    ok: bool
+    reason: str
+    seconds: float
+
+
+def probe(base_url: str, served_name: str, prompt: str, reference: str | None,
+          max_tokens: int = 32, api_key: str = "", timeout_s: float = 60) -> ProbeResult:
+    """Ask the node's own server one fixed prompt, greedy, and judge the answer."""
+    started = time.monotonic()
+    _, reason, text = smoke(base_url, served_name, prompt, max_tokens, api_key, timeout_s)
+    seconds = time.monotonic() - started
+    if not text and reason.startswith("the smoke completion failed"):
+        return ProbeResult(prompt, "", False, reason.replace("smoke completion", "probe"), seconds)
+    verdict = judge(text, reference)
+    return ProbeResult(prompt, text, verdict.ok, verdict.reason, seconds)

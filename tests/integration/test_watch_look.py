@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 import nvml_double_harness as double
+from standin_harness import standin
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +26,14 @@ def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _look(libdir: Path, scenario: str, tmp_path: Path) -> tuple[int, str, dict | None]:
+def _look(libdir: Path, scenario: str, tmp_path: Path, *extra: str
+          ) -> tuple[int, str, dict | None]:
     (tmp_path / "textfile").mkdir(exist_ok=True)
     done = subprocess.run(
         [sys.executable, "-m", "onecat.watch", "--once", "--state-dir", str(tmp_path / "state"),
          "--verdict-file", str(tmp_path / "run" / "verdict.json"),
          "--metrics-file", str(tmp_path / "textfile" / "onecat.prom"),
-         "--kernel-log", str(double.kernel_log(scenario))],
+         "--kernel-log", str(double.kernel_log(scenario)), *extra],
         env=double.double_env(libdir, scenario), capture_output=True, text=True, check=False,
         cwd=double.REPO, timeout=120)
     verdict_file = tmp_path / "run" / "verdict.json"
@@ -69,3 +72,32 @@ def test_no_driver_exits_2_and_keeps_the_last_verdict(libdir: Path, tmp_path: Pa
     assert rc == 2, out
     assert "NVIDIA driver not loaded" in out
     assert verdict is not None and verdict["verdict"] == "healthy"
+
+
+def test_the_quality_probe_catches_a_card_that_starts_answering_garbage(
+        libdir: Path, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("# fixed prompts, greedy\nThe capital of France is\nTwo plus two is\n")
+    bad = tmp_path / "bad"
+    env = {"STANDIN_BAD_FILE": str(bad), "STANDIN_BAD_MODE": "wrong"}
+    with standin(tmp_path / "engine", env=env) as server:
+        probe = ["--probe-url", server.url, "--probe-model", "standin-model",
+                 "--probe-prompts", str(prompts), "--references", str(tmp_path / "refs.json")]
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *probe,
+                                 "--record-references")
+        assert rc == 0, out
+        references = json.loads((tmp_path / "refs.json").read_text())["answers"]
+        assert sorted(references) == ["The capital of France is", "Two plus two is"]
+
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *probe)
+        assert rc == 0, out
+        assert verdict is not None and [p["ok"] for p in verdict["probe"]] == [True, True]
+
+        bad.touch()  # the card starts answering differently
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *probe)
+    assert rc == 1, out
+    assert verdict is not None and verdict["verdict"] == "unhealthy"
+    assert [f["code"] for f in verdict["findings"]] == ["quality", "quality"]
+    assert "differs from the reference answer" in verdict["findings"][0]["message"]
+    prom = (tmp_path / "textfile" / "onecat.prom").read_text()
+    assert "onecat_quality_probe_ok 0" in prom

@@ -341,6 +341,40 @@ def test_broken_mode_repeats_one_token(tmp_path):
     assert body["choices"][0]["text"] == "!!!!!!"
 
 
+def test_a_card_going_bad_answers_garbage_after_n_requests(tmp_path):
+    from onecat.watch.probe import garbage
+
+    request = {"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}
+    with standin(tmp_path, env={"STANDIN_BAD_AFTER": "2"}) as s:
+        answers = [_call(s, "/v1/completions", request, key=None)[2]["choices"][0]["text"]
+                   for _ in range(3)]
+    assert answers[0] == answers[1]  # greedy on a healthy card: the same answer
+    assert garbage(answers[0]) is None
+    assert "collapsed into repetition" in (garbage(answers[2]) or "")
+
+
+def test_a_card_going_bad_while_a_file_exists_answers_wrong(tmp_path):
+    from onecat.watch.probe import judge
+
+    flag = tmp_path / "bad"
+    request = {"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}
+    env = {"STANDIN_BAD_FILE": str(flag), "STANDIN_BAD_MODE": "wrong"}
+    with standin(tmp_path, env=env) as s:
+        reference = _call(s, "/v1/completions", request, key=None)[2]["choices"][0]["text"]
+        flag.touch()
+        wrong = _call(s, "/v1/completions", request, key=None)[2]["choices"][0]["text"]
+        flag.unlink()
+        again = _call(s, "/v1/completions", request, key=None)[2]["choices"][0]["text"]
+    assert not judge(wrong, reference).ok
+    assert "differs from the reference" in judge(wrong, reference).reason
+    assert judge(again, reference).ok
+
+
+def test_a_bad_mode_that_does_not_exist_is_refused():
+    with pytest.raises(SystemExit, match="STANDIN_BAD_MODE='nan' is not one of"):
+        from_env({"STANDIN_BAD_MODE": "nan"})
+
+
 def test_no_tokenize_and_startup_failure(tmp_path):
     with standin(tmp_path, env={"STANDIN_NO_TOKENIZE": "1"}) as s, \
             pytest.raises(urllib.error.HTTPError) as err:

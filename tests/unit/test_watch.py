@@ -127,7 +127,9 @@ def test_new_xid_events_by_code() -> None:
     ("   \n", "empty answer"),
     ("\x00\x01\x02\ufffd\ufffd ok", "not text"),
     ("Paris is the the the the the the capital", "'the' 6 times in a row"),
-    ("a b c " * 10, "3 distinct words in 30"),
+    ("a b c " * 10, "one token repeated ('abc')"),
+    ("the cat sat on the mat and the dog ran " * 5, "8 distinct words in 50"),
+    ("!!!!!!!!!!!!", "one token repeated ('!')"),
 ])
 def test_garbage_is_named(text: str, reason: str) -> None:
     assert reason in (garbage(text) or "")

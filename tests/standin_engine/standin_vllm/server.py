@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 import uuid
@@ -339,7 +340,8 @@ class App:
             natural = tokenizer.natural_length(seed_text)
             if natural < max_tokens:
                 count, finish = natural, "stop"
-        words = list(islice(tokenizer.generate_words(seed_text, seed, settings.broken), count))
+        bad = settings.bad_mode if self._gone_bad(settings) else ""
+        words = list(islice(tokenizer.generate_words(seed_text, seed, settings.broken, bad), count))
         stream = bool(body.get("stream", False))
         include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
         stall_after = None
@@ -355,6 +357,13 @@ class App:
         engine.finished(finish)
         self._send_json(conn, request, 200,
                         self._full_response(model, chat, n_prompt, words, finish))
+
+    def _gone_bad(self, settings) -> bool:
+        """STANDIN_BAD_AFTER / STANDIN_BAD_FILE: whether this answer comes from a failing card."""
+        served = self.engine.next_ordinal("generate")
+        if settings.bad_file and os.path.exists(settings.bad_file):
+            return True
+        return settings.bad_after > 0 and served > settings.bad_after
 
     def _trace(self, request: Request, trace: dict, tokens: int | None) -> None:
         """STANDIN_TRACE_FILE: what the server really did, for checking a client's numbers."""

@@ -33,6 +33,13 @@ class Settings:
     stall_s: float = 600.0  # STANDIN_STALL_S: stall length, then the connection is dropped
     no_tokenize: bool = False  # STANDIN_NO_TOKENIZE=1: POST /tokenize answers 404
     broken: bool = False  # STANDIN_BROKEN=1: every generated token is "!" (NaN symptom)
+    # A card going bad while it serves (the seed's pitfall 5.5): after STANDIN_BAD_AFTER
+    # generation requests (0: never), or while the file STANDIN_BAD_FILE exists, answers are
+    # STANDIN_BAD_MODE: "repeat" (collapses into one word), "wrong" (other words than the
+    # same prompt gave before), "broken" ("!" forever).
+    bad_after: int = 0
+    bad_file: str = ""
+    bad_mode: str = "repeat"
     startup_fail: str = ""  # STANDIN_STARTUP_FAIL=msg: die after loading, like a CUDA error
     trace_file: str = ""  # STANDIN_TRACE_FILE=path: one JSON line per request (monotonic times)
     log_stats_s: float = 10.0  # STANDIN_LOG_STATS_S: period of the throughput log line
@@ -61,6 +68,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
             except ValueError:
                 raise SystemExit(
                     f"stand-in: {name}={env[name]!r} is not a valid {kind.__name__}") from None
+    if values.get("bad_mode", "repeat") not in ("repeat", "wrong", "broken"):
+        raise SystemExit(f"stand-in: STANDIN_BAD_MODE={values['bad_mode']!r} is not one of "
+                         "repeat, wrong, broken")
     return Settings(**values)  # type: ignore[arg-type]
 
 

@@ -94,11 +94,25 @@ def render_chat(messages: list[dict], add_generation_prompt: bool = True) -> str
     return "".join(parts)
 
 
-def generate_words(seed_text: str, seed: int | None, broken: bool = False) -> Iterator[str]:
-    """Endless deterministic stream of " word" tokens ("!" forever when broken)."""
-    if broken:
+BAD_MODES = ("repeat", "wrong", "broken")
+
+
+def generate_words(seed_text: str, seed: int | None, broken: bool = False,
+                   bad: str = "") -> Iterator[str]:
+    """Endless deterministic stream of " word" tokens ("!" forever when broken).
+
+    `bad` is how a failing card answers: "repeat" gives the first word forever, "wrong"
+    other words than a healthy card gives for the same prompt, "broken" "!" forever.
+    """
+    if broken or bad == "broken":
         while True:
             yield "!"
+    if bad == "repeat":
+        first = next(generate_words(seed_text, seed))
+        while True:
+            yield first
+    if bad == "wrong":
+        seed = (seed or 0) + 104729
     state = (zlib.crc32(seed_text.encode()) ^ ((seed or 0) * 2654435761)) & 0xFFFFFFFF
     while True:
         # Numerical Recipes LCG: cheap, deterministic, good enough to vary words.
