@@ -4,31 +4,90 @@
 from __future__ import annotations
 
 import argparse
+import json
 import platform
+import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from onecat.health.nvml import NvmlUnavailable
 from onecat.serve.gate import key_from_env_file
 
-from .look import EXIT_CANNOT_READ, EXIT_FINDINGS, EXIT_HEALTHY, Probe, look
+from . import act
+from .look import (
+    ACTION_FILE,
+    EXIT_CANNOT_READ,
+    EXIT_FINDINGS,
+    EXIT_HEALTHY,
+    Acting,
+    Probe,
+    look,
+    probe_due,
+    serving_probe,
+    write_atomic,
+)
 
 
 def _probe(args: argparse.Namespace) -> Probe | None:
-    if not args.probe_url:
+    if not args.probe_prompts or not probe_due(args.state_dir, args.probe_every):
         return None
     prompts = [line.strip() for line in args.probe_prompts.read_text().splitlines()
                if line.strip() and not line.startswith("#")]
-    key = key_from_env_file(args.api_key_file.read_text()) if args.api_key_file else ""
+    key = key_from_env_file(args.api_key_file.read_text()) \
+        if args.api_key_file and args.api_key_file.exists() else ""
+    if not args.probe_url:
+        return serving_probe(args.serving_record, prompts, args.references, key)
     return Probe(args.probe_url.rstrip("/"), args.probe_model, prompts, args.references,
                  key, args.record_references)
 
 
+def _restarter(unit: str) -> Callable[[], str | None]:
+    def restart() -> str | None:
+        try:
+            done = subprocess.run(["systemctl", "restart", "--no-block", unit],
+                                  capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return str(error)
+        return None if done.returncode == 0 else (done.stderr.strip() or f"rc {done.returncode}")
+    return restart
+
+
+def _acting(args: argparse.Namespace) -> Acting | None:
+    if not args.act:
+        return None
+    policy = act.Policy(restart=bool(args.engine_unit), flap_window_s=args.flap_window,
+                        restart_grace_s=args.restart_grace)
+    return Acting(args.agent_file, _restarter(args.engine_unit), policy)
+
+
+def _release(args: argparse.Namespace) -> int:
+    path = args.state_dir / ACTION_FILE
+    try:
+        saved = json.loads(path.read_text()) if path.exists() else None
+    except (OSError, ValueError):
+        saved = None
+    decided = act.release(saved if isinstance(saved, dict) else None, time.time())
+    try:
+        write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
+        if args.agent_file is not None:
+            write_atomic(args.agent_file, decided.answer + "\n")
+    except OSError as error:
+        print(f"onecat watch: cannot release {platform.node()}: {error}", file=sys.stderr)
+        return EXIT_CANNOT_READ
+    for line in decided.transitions or ["already in: nothing to release"]:
+        print(f"{platform.node()}: {line}")
+    return EXIT_HEALTHY
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m onecat.watch", description=__doc__)
-    parser.add_argument("--once", action="store_true", required=True,
-                        help="one look, then exit (the timer calls it every interval)")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--once", action="store_true",
+                      help="one look, then exit (the timer calls it every interval)")
+    mode.add_argument("--release", action="store_true",
+                      help="put a node the watch holds out back in (after an operator's fix)")
     parser.add_argument("--state-dir", type=Path, default=Path("/var/lib/onecat/watch"),
                         help="the previous look's readings (default: /var/lib/onecat/watch)")
     parser.add_argument("--verdict-file", type=Path, default=Path("/run/onecat/verdict.json"),
@@ -42,17 +101,44 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             "ask it the probe prompts")
     parser.add_argument("--probe-model", default="", help="served model name for the probe")
     parser.add_argument("--probe-prompts", type=Path,
-                        help="file of fixed prompts, one per line (# comments)")
+                        help="file of fixed prompts, one per line (# comments); "
+                             "without it, no probe")
     parser.add_argument("--references", type=Path,
                         default=Path("/var/lib/onecat/watch/references.json"),
                         help="the answers recorded when the node passed its gate")
     parser.add_argument("--record-references", action="store_true",
                         help="record this look's answers as the references (after a gate)")
+    parser.add_argument("--serving-record", type=Path,
+                        default=Path("/var/lib/onecat/serve/serving.json"),
+                        help="without --probe-url: probe what the serve stage recorded here "
+                             "(its URL and served name; new bits get new references)")
+    parser.add_argument("--probe-every", type=int, default=1, metavar="N",
+                        help="probe on every Nth look (and on every look while the node is "
+                             "out; default %(default)s)")
     parser.add_argument("--api-key-file", type=Path,
                         help="environment file with VLLM_API_KEY (the server's key)")
+    parser.add_argument("--act", action="store_true",
+                        help="act on the verdict: answer the gateway agent (drain, then out), "
+                             "restart the engine once, hold a flapping node out")
+    parser.add_argument("--agent-file", type=Path,
+                        help="where the gateway agent reads the watch's answer")
+    parser.add_argument("--engine-unit", default="",
+                        help="systemd unit of the engine to restart once after a fault "
+                             "(empty: never restart, hold out)")
+    parser.add_argument("--flap-window", type=float, default=act.Policy.flap_window_s,
+                        metavar="SECONDS", help="a second fault this soon after a restart holds "
+                                                "the node out (default %(default)s)")
+    parser.add_argument("--restart-grace", type=float, default=act.Policy.restart_grace_s,
+                        metavar="SECONDS", help="how long a restarted engine may take to answer "
+                                                "(default %(default)s)")
     args = parser.parse_args(argv)
+    if args.release:
+        return _release(args)
     if args.probe_url and not (args.probe_model and args.probe_prompts):
         parser.error("--probe-url needs --probe-model and --probe-prompts")
+    if args.probe_prompts and not args.probe_prompts.is_file():
+        parser.error(f"--probe-prompts {args.probe_prompts}: no such file; give a file of "
+                     "fixed prompts, one per line")
     try:
         import pynvml
     except ImportError:
@@ -60,8 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_CANNOT_READ
     try:
-        result, findings = look(pynvml, args.state_dir, args.verdict_file, args.metrics_file,
-                                args.kernel_log, quality=_probe(args))
+        result, findings, transitions = look(
+            pynvml, args.state_dir, args.verdict_file, args.metrics_file, args.kernel_log,
+            quality=_probe(args), acting=_acting(args))
     except NvmlUnavailable as error:
         print(f"onecat watch: NVIDIA driver not loaded on {platform.node()}: NVML error "
               f"{error.code}: {error.text}", file=sys.stderr)
@@ -75,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{platform.node()}: {result}")
     for finding in findings:
         print(f"  {finding.severity.upper():9} {finding.message}")
+    # The journal keeps every transition with its evidence (the findings above).
+    for line in transitions:
+        print(f"{platform.node()}: watch: {line}")
     return EXIT_HEALTHY if not findings else EXIT_FINDINGS
 
 

@@ -17,21 +17,24 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from onecat.health.nvml import gather
 
+from . import act
 from .deltas import UNHEALTHY, Finding, Limits, compare, verdict
 from .metrics import render
 from .probe import ProbeResult, probe
 
 EXIT_HEALTHY, EXIT_FINDINGS, EXIT_CANNOT_READ = 0, 1, 2
 STATE_FILE = "last-readings.json"
+ACTION_FILE = "action.json"
 
 
-def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(text)
@@ -57,29 +60,72 @@ class Probe:
     references_file: Path
     api_key: str = ""
     record: bool = False
+    # What serves (image, model revision, name): references recorded for other bits are
+    # replaced by this look's answers (the node passed its gate on the new bits).
+    identity: str = ""
+
+
+@dataclass(frozen=True)
+class Acting:
+    """What the watch may do about a fault: the gateway agent's answer file and the engine."""
+
+    agent_file: Path | None
+    restart_engine: Callable[[], str | None]
+    policy: act.Policy = field(default_factory=act.Policy)
 
 
 def run_probe(config: Probe) -> tuple[list[ProbeResult], list[Finding]]:
     """Ask every prompt; record the answers as references, or judge them against them."""
     stored = _read_json(config.references_file) or {}
-    references = {} if config.record else stored.get("answers") or {}
+    record = config.record or bool(config.identity and stored.get("identity") != config.identity)
+    references = {} if record else stored.get("answers") or {}
     results = [probe(config.url, config.model, prompt, references.get(prompt),
                      api_key=config.api_key) for prompt in config.prompts]
     findings = [Finding(UNHEALTHY, "quality", None,
                         f"the quality probe {result.prompt[:40]!r} failed: {result.reason}")
                 for result in results if not result.ok]
-    if config.record and not findings:
-        document = {"model": config.model, "answers": {r.prompt: r.answer for r in results}}
-        _write_atomic(config.references_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
+    if record and not findings:
+        document = {"model": config.model, "identity": config.identity,
+                    "answers": {r.prompt: r.answer for r in results}}
+        write_atomic(config.references_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
     return results, findings
+
+
+def probe_due(state_dir: Path, every: int) -> bool:
+    """Whether this look probes: every `every` looks, and on every look while the node is out
+    (its way back in goes through a passing probe)."""
+    counter = state_dir / "looks"
+    try:
+        count = int(counter.read_text().strip() or 0)
+    except (OSError, ValueError):
+        count = 0
+    write_atomic(counter, f"{count + 1}\n", 0o600)
+    mode = (_read_json(state_dir / ACTION_FILE) or {}).get("mode", act.IN)
+    return mode != act.IN or count % max(every, 1) == 0
+
+
+def serving_probe(record_file: Path, prompts: list[str], references_file: Path,
+                  api_key: str) -> Probe | None:
+    """The probe of what the node's serve stage recorded (serving.json), None when it
+    records nothing (not serving yet)."""
+    record = _read_json(record_file)
+    if not record or not record.get("url") or not record.get("served_model_name"):
+        return None
+    identity = "|".join(str(record.get(k) or "") for k in
+                        ("image_id", "model_revision", "model_path", "served_model_name"))
+    return Probe(str(record["url"]).rstrip("/"), str(record["served_model_name"]), prompts,
+                 references_file, api_key, identity=identity)
 
 
 def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | None,
          kernel_log_path: str | None = None, limits: Limits | None = None,
-         now: float | None = None, quality: Probe | None = None) -> tuple[str, list[Finding]]:
-    """One look: gather, compare with the previous look, probe, record.
+         now: float | None = None, quality: Probe | None = None,
+         acting: Acting | None = None) -> tuple[str, list[Finding], list[str]]:
+    """One look: gather, compare with the previous look, probe, act, record.
 
+    Returns the verdict, the findings and the transitions of the node's mode (acting).
     Raises what gather raises (NVML cannot be read)."""
+    now = time.time() if now is None else now
     readings = gather(nvml, check_xid=True, kernel_log_path=kernel_log_path)
     previous = _read_json(state_dir / STATE_FILE)
     findings = compare(previous, readings, limits)
@@ -88,17 +134,33 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
         results, failed = run_probe(quality)
         findings += failed
     result = verdict(findings)
+    mode, transitions = None, []
+    if acting is not None:
+        unreachable = bool(results) and not any(r.reached for r in results)
+        decided = act.step(_read_json(state_dir / ACTION_FILE), findings, now, acting.policy,
+                           probe_unreachable=unreachable)
+        if decided.restart_engine:
+            failure = acting.restart_engine()
+            if failure:
+                decided = act.restart_failed(decided, failure, now)
+        transitions = decided.transitions
+        write_atomic(state_dir / ACTION_FILE, json.dumps(decided.state, sort_keys=True) + "\n",
+                      0o600)
+        if acting.agent_file is not None:
+            write_atomic(acting.agent_file, decided.answer + "\n")
+        mode = decided.state["mode"]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-    document = {"verdict": result, "at": stamp, "first_look": previous is None,
+    document = {"verdict": result, "at": stamp, "first_look": previous is None, "mode": mode,
+                "transitions": transitions,
                 "gpus": len(readings.get("gpus") or []),
                 "findings": [finding.as_dict() for finding in findings],
                 "probe": [{"prompt": r.prompt, "ok": r.ok, "reason": r.reason,
                            "seconds": round(r.seconds, 3)} for r in results] or None}
-    _write_atomic(verdict_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
-    _write_atomic(state_dir / STATE_FILE, json.dumps(readings, sort_keys=True) + "\n", 0o600)
+    write_atomic(verdict_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
+    write_atomic(state_dir / STATE_FILE, json.dumps(readings, sort_keys=True) + "\n", 0o600)
     if metrics_file is not None and metrics_file.parent.is_dir():
-        _write_atomic(metrics_file, render(
+        write_atomic(metrics_file, render(
             readings, result, findings,
             probe_ok=all(r.ok for r in results) if results else None,
-            probe_seconds=sum(r.seconds for r in results) if results else None))
-    return result, findings
+            probe_seconds=sum(r.seconds for r in results) if results else None, mode=mode))
+    return result, findings, transitions

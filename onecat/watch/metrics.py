@@ -24,7 +24,8 @@ def _labels(**labels: str) -> str:
 
 
 def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
-           probe_ok: bool | None = None, probe_seconds: float | None = None) -> str:
+           probe_ok: bool | None = None, probe_seconds: float | None = None,
+           mode: str | None = None) -> str:
     """The metrics file's text for one look at the node."""
     lines = [
         "# HELP onecat_node_verdict The watch's verdict: 0 healthy, 1 degraded, 2 unhealthy.",
@@ -71,4 +72,9 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
         lines += ["# HELP onecat_quality_probe_seconds Wall time of the last quality probe.",
                   "# TYPE onecat_quality_probe_seconds gauge",
                   f"onecat_quality_probe_seconds {probe_seconds:.3f}"]
+    if mode is not None:
+        lines += ["# HELP onecat_node_in_rotation Whether the watch keeps the node in the "
+                  "gateway's rotation (1) or holds it out (0), by the watch's mode.",
+                  "# TYPE onecat_node_in_rotation gauge",
+                  f"onecat_node_in_rotation{_labels(mode=mode)} {int(mode == 'in')}"]
     return "\n".join(lines) + "\n"

@@ -85,6 +85,8 @@ class ProbeResult:
     ok: bool
     reason: str
     seconds: float
+    # False when the server gave no answer at all (down, or still loading after a restart).
+    reached: bool = True
 
 
 def probe(base_url: str, served_name: str, prompt: str, reference: str | None,
@@ -94,6 +96,7 @@ def probe(base_url: str, served_name: str, prompt: str, reference: str | None,
     _, reason, text = smoke(base_url, served_name, prompt, max_tokens, api_key, timeout_s)
     seconds = time.monotonic() - started
     if not text and reason.startswith("the smoke completion failed"):
-        return ProbeResult(prompt, "", False, reason.replace("smoke completion", "probe"), seconds)
+        return ProbeResult(prompt, "", False, reason.replace("smoke completion", "probe"),
+                           seconds, reached=False)
     verdict = judge(text, reference)
     return ProbeResult(prompt, text, verdict.ok, verdict.reason, seconds)

@@ -26,7 +26,7 @@ def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _look(libdir: Path, scenario: str, tmp_path: Path, *extra: str
+def _look(libdir: Path, scenario: str | Path, tmp_path: Path, *extra: str
           ) -> tuple[int, str, dict | None]:
     (tmp_path / "textfile").mkdir(exist_ok=True)
     done = subprocess.run(
@@ -101,3 +101,70 @@ def test_the_quality_probe_catches_a_card_that_starts_answering_garbage(
     assert "differs from the reference answer" in verdict["findings"][0]["message"]
     prom = (tmp_path / "textfile" / "onecat.prom").read_text()
     assert "onecat_quality_probe_ok 0" in prom
+
+
+def test_acting_drains_then_holds_a_node_whose_engine_cannot_restart(
+        libdir: Path, tmp_path: Path) -> None:
+    """--act: the agent's answer goes drain, then out; a restart that fails holds it out;
+    --release puts it back with `ready`."""
+    agent = tmp_path / "gateway" / "watch-state"
+    acting = ["--act", "--agent-file", str(agent),
+              "--engine-unit", "onecat-no-such-engine.service"]
+    assert _look(libdir, "healthy_pcie_pair", tmp_path, *acting)[0] == 0
+    assert agent.read_text() == "up\n"
+
+    # One new uncorrectable error and nothing else: a fault an engine restart may clear.
+    ecc = tmp_path / "ecc.scenario"
+    ecc.write_text(f"include = {double.scenario_path('healthy_pcie_pair')}\n"
+                   "gpu.1.ecc.volatile.uncorrected = 1\ngpu.1.ecc.aggregate.uncorrected = 1\n")
+    rc, out, verdict = _look(libdir, ecc, tmp_path, *acting)
+    assert rc == 1 and verdict is not None and verdict["mode"] == "draining", out
+    assert agent.read_text().startswith("drain #onecat-watch: GPU 1")
+    assert "watch: in -> draining: GPU 1" in out
+
+    # The next look asks for the restart; systemctl cannot restart a unit that does not exist.
+    rc, out, verdict = _look(libdir, ecc, tmp_path, *acting)
+    assert verdict is not None and verdict["mode"] == "held", out
+    assert agent.read_text().startswith("maint down #onecat-watch held: the engine restart failed")
+    assert "onecat_node_in_rotation{mode=\"held\"} 0" in (
+        tmp_path / "textfile" / "onecat.prom").read_text()
+
+    rc, out, _ = _look(libdir, ecc, tmp_path, *acting)
+    assert agent.read_text().startswith("maint down #onecat-watch held"), out
+
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat.watch", "--release", "--state-dir",
+         str(tmp_path / "state"), "--agent-file", str(agent)],
+        capture_output=True, text=True, check=False, cwd=double.REPO, timeout=60)
+    assert done.returncode == 0 and "held -> in: released by an operator" in done.stdout
+    assert agent.read_text() == "ready up\n"
+
+
+def test_the_probe_follows_the_serving_record(libdir: Path, tmp_path: Path) -> None:
+    """Without --probe-url the watch probes what serving.json records; references recorded
+    for other bits are replaced at the first look on new bits, then judged against."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The capital of France is\n")
+    record, refs, bad = tmp_path / "serving.json", tmp_path / "refs.json", tmp_path / "bad"
+    with standin(tmp_path / "engine", env={"STANDIN_BAD_FILE": str(bad),
+                                           "STANDIN_BAD_MODE": "wrong"}) as server:
+        args = ["--probe-prompts", str(prompts), "--references", str(refs),
+                "--serving-record", str(record)]
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args)
+        assert rc == 0 and verdict is not None and verdict["probe"] is None, out  # not serving
+
+        serving = {"url": server.url, "served_model_name": "standin-model", "image_id": "sha256:1"}
+        record.write_text(json.dumps(serving))
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args)
+        assert rc == 0 and verdict is not None and verdict["probe"][0]["ok"], out
+        assert json.loads(refs.read_text())["identity"].startswith("sha256:1|")
+
+        bad.touch()
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args)
+        assert rc == 1 and "differs from the reference" in out, out
+
+        # New bits passed their gate: their answers become the references.
+        record.write_text(json.dumps({**serving, "image_id": "sha256:2"}))
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args)
+        assert rc == 0, out
+        assert json.loads(refs.read_text())["identity"].startswith("sha256:2|")

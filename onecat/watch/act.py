@@ -1,0 +1,144 @@
+"""What the watch does about a look: keep the node in, drain it, restart its engine once, or
+hold it out until an operator acts.
+
+The rules look at what arrived since the previous look, so a fault shows in one look only;
+this state machine remembers it. A node is taken out in two steps, one look apart, so that
+requests already running finish: `drain` (the gateway sends no new request), then
+`maint down` (out). After an uncorrectable ECC error, a Xid or a failed quality probe the
+engine is restarted once (the seed: a restart clears the garbage for a while) and the node
+comes back when the look after the restart is clean. A second fault within the flap window,
+a fault a restart cannot clear (a GPU gone, a page pending retirement, the power brake) or
+an engine that does not come back keeps it out: `held`, until `--release`.
+
+Pure: `step` takes the saved state, the look and the time, and returns the new state and
+what to do; look.py does it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .deltas import UNHEALTHY, Finding
+
+IN, DRAINING, RESTARTED, HELD = "in", "draining", "restarted", "held"
+MODES = (IN, DRAINING, RESTARTED, HELD)
+# Faults an engine restart can clear: memory the engine had mapped, a channel the driver
+# reset, answers that went bad (the seed's pitfall 5.5).
+RESTARTABLE = frozenset(("ecc_uncorrected", "xid", "quality"))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The watch's action settings (the role's watch_* variables)."""
+
+    # Restart the engine after a fault it can clear; false holds the node out at once.
+    restart: bool = True
+    # A second fault within this many seconds of a restart holds the node out.
+    flap_window_s: float = 3600.0
+    # How long a restarted engine may take to answer again before the node is held out.
+    restart_grace_s: float = 900.0
+
+
+@dataclass
+class Action:
+    """What one step decided: the agent's answer, an engine restart, a log line."""
+
+    state: dict[str, Any]
+    answer: str
+    restart_engine: bool = False
+    transitions: list[str] = field(default_factory=list)
+
+
+def initial_state() -> dict[str, Any]:
+    return {"mode": IN, "since": None, "reason": "", "restartable": False, "restarts": []}
+
+
+def _clean_reason(findings: list[Finding]) -> str:
+    worst = [f for f in findings if f.severity == UNHEALTHY] or findings
+    text = "; ".join(f.message for f in worst[:3])
+    return "".join(ch if " " <= ch <= "~" else " " for ch in text)[:180]
+
+
+def _answer(mode: str, reason: str, readmitted: bool) -> str:
+    """The agent check's reply line (HAProxy: `ready` cancels a drain or maint it set)."""
+    if mode == IN:
+        return "ready up" if readmitted else "up"
+    if mode == DRAINING:
+        return f"drain #onecat-watch: {reason}"
+    return f"maint down #onecat-watch {mode}: {reason}"
+
+
+def step(
+    saved: dict[str, Any] | None,
+    findings: list[Finding],
+    now: float,
+    policy: Policy | None = None,
+    probe_unreachable: bool = False,
+) -> Action:
+    """One look's decision.
+
+    `probe_unreachable`: the quality probe could not reach the server at all (an engine
+    still loading after a restart), which counts as not back yet rather than a new fault."""
+    policy = policy or Policy()
+    state = {**initial_state(), **(saved or {})}
+    if state["mode"] not in MODES:
+        state = initial_state()
+    recent = [t for t in state["restarts"] if now - float(t) < policy.flap_window_s]
+    state["restarts"] = recent
+    faults = [f for f in findings if f.severity == UNHEALTHY]
+    mode, transitions, restart, readmitted = state["mode"], [], False, False
+
+    def go(new_mode: str, why: str) -> None:
+        nonlocal mode
+        transitions.append(f"{mode} -> {new_mode}: {why}")
+        mode = new_mode
+        state.update(mode=new_mode, since=now)
+
+    if mode == IN and faults:
+        state["reason"] = _clean_reason(findings)
+        state["restartable"] = (
+            policy.restart and not recent and all(f.code in RESTARTABLE for f in faults)
+        )
+        go(DRAINING, state["reason"])
+    elif mode == DRAINING:
+        if state["restartable"]:
+            restart = True
+            state["restarts"] = [*recent, now]
+            go(RESTARTED, f"engine restarted after: {state['reason']}")
+        else:
+            why = "a second fault within the flap window" if recent else "a restart cannot clear it"
+            go(HELD, f"{why}: {state['reason']}")
+    elif mode == RESTARTED:
+        if faults and not (
+            probe_unreachable and now - float(state["since"]) < policy.restart_grace_s
+        ):
+            if probe_unreachable:
+                why = f"the engine did not answer within {policy.restart_grace_s:.0f} s"
+            else:
+                why = f"faulty again after the restart: {_clean_reason(findings)}"
+            state["reason"] = why
+            go(HELD, why)
+        elif not faults:
+            readmitted = True
+            go(IN, "clean after the restart")
+    return Action(state, _answer(mode, state["reason"], readmitted), restart, transitions)
+
+
+def release(saved: dict[str, Any] | None, now: float) -> Action:
+    """An operator's `--release`: the node goes back in (the next look judges it afresh)."""
+    state = {**initial_state(), **(saved or {})}
+    was = state["mode"]
+    state.update(mode=IN, since=now, reason="", restartable=False)
+    transitions = [f"{was} -> {IN}: released by an operator"] if was != IN else []
+    return Action(state, "ready up", False, transitions)
+
+
+def restart_failed(action: Action, failure: str, now: float) -> Action:
+    """The engine restart `step` asked for did not happen: hold the node out."""
+    state = {**action.state, "mode": HELD, "since": now}
+    state["reason"] = "".join(
+        ch if " " <= ch <= "~" else " " for ch in f"the engine restart failed: {failure}"
+    )[:180]
+    transitions = [*action.transitions, f"{RESTARTED} -> {HELD}: {state['reason']}"]
+    return Action(state, _answer(HELD, state["reason"], False), False, transitions)

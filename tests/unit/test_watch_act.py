@@ -1,0 +1,112 @@
+"""The watch's actions: drain, then out; restart once; hold a flapping node out."""
+
+from __future__ import annotations
+
+from onecat.watch import act
+from onecat.watch.deltas import DEGRADED, UNHEALTHY, Finding
+
+ECC = Finding(UNHEALTHY, "ecc_uncorrected", "GPU 1", "GPU 1: 1 new uncorrectable ECC error")
+LOST = Finding(UNHEALTHY, "gpu_lost", "GPU 1", "GPU 1 fell off the bus")
+GARBAGE = Finding(UNHEALTHY, "quality", None, "the quality probe 'x' failed: collapsed")
+HOT = Finding(DEGRADED, "temperature", "GPU 0", "GPU 0 at 88 C")
+POLICY = act.Policy(restart=True, flap_window_s=3600, restart_grace_s=300)
+
+
+def _run(looks: list[tuple[float, list[Finding]]], policy: act.Policy = POLICY,
+         unreachable_at: tuple[float, ...] = ()) -> list[act.Action]:
+    state, actions = None, []
+    for now, findings in looks:
+        action = act.step(state, findings, now, policy, probe_unreachable=now in unreachable_at)
+        state = action.state
+        actions.append(action)
+    return actions
+
+
+def test_clean_looks_keep_the_node_in() -> None:
+    actions = _run([(0, []), (60, [HOT]), (120, [])])
+    assert [a.answer for a in actions] == ["up", "up", "up"]
+    assert not any(a.restart_engine or a.transitions for a in actions)
+
+
+def test_ecc_drains_then_restarts_once_then_readmits() -> None:
+    drain, restart, back, after = _run([(0, [ECC]), (60, []), (120, []), (180, [])])
+    assert drain.answer.startswith("drain #onecat-watch: GPU 1: 1 new uncorrectable")
+    assert not drain.restart_engine
+    assert restart.restart_engine and restart.answer.startswith("maint down #")
+    assert back.answer == "ready up" and back.state["mode"] == act.IN
+    assert after.answer == "up"
+    assert back.transitions == ["restarted -> in: clean after the restart"]
+
+
+def test_a_second_fault_within_the_flap_window_holds_the_node_out() -> None:
+    actions = _run([(0, [ECC]), (60, []), (120, []), (600, [GARBAGE]), (660, []), (720, [])])
+    assert [a.state["mode"] for a in actions] == [
+        act.DRAINING, act.RESTARTED, act.IN, act.DRAINING, act.HELD, act.HELD]
+    assert [a.restart_engine for a in actions].count(True) == 1
+    assert "second fault within the flap window" in actions[4].transitions[0]
+    assert actions[5].answer.startswith("maint down #onecat-watch held")
+
+
+def test_a_fault_after_the_flap_window_gets_another_restart() -> None:
+    actions = _run([(0, [ECC]), (60, []), (120, []), (5000, [ECC]), (5060, []), (5120, [])])
+    assert [a.restart_engine for a in actions] == [False, True, False, False, True, False]
+    assert actions[-1].answer == "ready up"
+
+
+def test_a_fault_a_restart_cannot_clear_holds_without_restarting() -> None:
+    actions = _run([(0, [LOST, ECC]), (60, []), (120, [])])
+    assert [a.state["mode"] for a in actions] == [act.DRAINING, act.HELD, act.HELD]
+    assert not any(a.restart_engine for a in actions)
+    assert "a restart cannot clear it" in actions[1].transitions[0]
+
+
+def test_no_engine_unit_means_hold_instead_of_restart() -> None:
+    actions = _run([(0, [ECC]), (60, [])], policy=act.Policy(restart=False))
+    assert actions[1].state["mode"] == act.HELD and not actions[1].restart_engine
+
+
+def test_an_engine_still_loading_is_waited_for_within_the_grace() -> None:
+    looks = [(0, [GARBAGE]), (60, []), (120, [GARBAGE]), (180, [GARBAGE]), (240, [])]
+    actions = _run(looks, unreachable_at=(120, 180))
+    assert [a.state["mode"] for a in actions] == [
+        act.DRAINING, act.RESTARTED, act.RESTARTED, act.RESTARTED, act.IN]
+
+
+def test_an_engine_that_never_answers_is_held_after_the_grace() -> None:
+    looks = [(0, [GARBAGE]), (60, []), (200, [GARBAGE]), (400, [GARBAGE])]
+    actions = _run(looks, unreachable_at=(200, 400))
+    assert actions[-1].state["mode"] == act.HELD
+    assert "did not answer within 300 s" in actions[-1].state["reason"]
+
+
+def test_garbage_again_after_the_restart_holds_the_node_out() -> None:
+    actions = _run([(0, [GARBAGE]), (60, []), (120, [GARBAGE])])
+    assert actions[-1].state["mode"] == act.HELD
+    assert "faulty again after the restart" in actions[-1].transitions[0]
+
+
+def test_release_puts_a_held_node_back_with_ready() -> None:
+    held = _run([(0, [LOST]), (60, [])])[-1]
+    released = act.release(held.state, 100)
+    assert released.state["mode"] == act.IN and released.answer == "ready up"
+    assert released.transitions == ["held -> in: released by an operator"]
+    assert act.release(released.state, 200).transitions == []
+
+
+def test_the_answer_is_one_printable_line() -> None:
+    nasty = Finding(UNHEALTHY, "xid", "x", "Xid 79\non GPU 1\x00 " + "z" * 400)
+    answer = _run([(0, [nasty])])[0].answer
+    assert "\n" not in answer and "\x00" not in answer and len(answer) < 230
+
+
+def test_a_corrupt_state_file_starts_over() -> None:
+    action = act.step({"mode": "sideways"}, [], 0)
+    assert action.state["mode"] == act.IN and action.answer == "up"
+
+
+def test_a_failed_restart_holds_the_node_out() -> None:
+    asked = _run([(0, [ECC]), (60, [])])[-1]
+    held = act.restart_failed(asked, "Unit vllm.service not found.", 61)
+    assert held.state["mode"] == act.HELD and not held.restart_engine
+    assert held.answer == "maint down #onecat-watch held: the engine restart failed: " \
+                          "Unit vllm.service not found."
