@@ -20,6 +20,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "onecat.bench.cli",
     "onecat.report.cli",
     "onecat.health.cli",
+    "onecat.watch.cli",
 )
 
 

@@ -79,7 +79,8 @@ def step(
     """One look's decision.
 
     `probe_unreachable`: the quality probe could not reach the server at all (an engine
-    still loading after a restart), which counts as not back yet rather than a new fault."""
+    still loading after a restart): not back yet. A server that does not answer is the
+    gateway's own health check's business (look.py makes it a warning), not a fault here."""
     policy = policy or Policy()
     state = {**initial_state(), **(saved or {})}
     if state["mode"] not in MODES:
@@ -110,16 +111,15 @@ def step(
             why = "a second fault within the flap window" if recent else "a restart cannot clear it"
             go(HELD, f"{why}: {state['reason']}")
     elif mode == RESTARTED:
-        if faults and not (
-            probe_unreachable and now - float(state["since"]) < policy.restart_grace_s
-        ):
-            if probe_unreachable:
-                why = f"the engine did not answer within {policy.restart_grace_s:.0f} s"
-            else:
-                why = f"faulty again after the restart: {_clean_reason(findings)}"
-            state["reason"] = why
-            go(HELD, why)
-        elif not faults:
+        if probe_unreachable:
+            if now - float(state["since"]) >= policy.restart_grace_s:
+                grace = f"{policy.restart_grace_s:.0f} s"
+                state["reason"] = f"the engine did not answer within {grace} of its restart"
+                go(HELD, state["reason"])
+        elif faults:
+            state["reason"] = f"faulty again after the restart: {_clean_reason(findings)}"
+            go(HELD, state["reason"])
+        else:
             readmitted = True
             go(IN, "clean after the restart")
     return Action(state, _answer(mode, state["reason"], readmitted), restart, transitions)

@@ -14,6 +14,7 @@ unhealthy, 2 NVML could not be read.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -25,7 +26,7 @@ from typing import Any
 from onecat.health.nvml import gather
 
 from . import act
-from .deltas import UNHEALTHY, Finding, Limits, compare, verdict
+from .deltas import DEGRADED, UNHEALTHY, Finding, Limits, compare, verdict
 from .metrics import render
 from .probe import ProbeResult, probe
 
@@ -81,7 +82,10 @@ def run_probe(config: Probe) -> tuple[list[ProbeResult], list[Finding]]:
     references = {} if record else stored.get("answers") or {}
     results = [probe(config.url, config.model, prompt, references.get(prompt),
                      api_key=config.api_key) for prompt in config.prompts]
-    findings = [Finding(UNHEALTHY, "quality", None,
+    # A server that gives no answer at all (stopped, restarting, loading) is taken out by
+    # the gateway's own health check; the watch's business is a server that answers wrong.
+    findings = [Finding(UNHEALTHY if result.reached else DEGRADED,
+                        "quality" if result.reached else "probe_unreachable", None,
                         f"the quality probe {result.prompt[:40]!r} failed: {result.reason}")
                 for result in results if not result.ok]
     if record and not findings:
@@ -105,12 +109,21 @@ def probe_due(state_dir: Path, every: int) -> bool:
 
 
 def serving_probe(record_file: Path, prompts: list[str], references_file: Path,
-                  api_key: str) -> Probe | None:
+                  api_key: str, unit_dir: Path = Path("/etc/systemd/system")) -> Probe | None:
     """The probe of what the node's serve stage recorded (serving.json), None when it
-    records nothing (not serving yet)."""
+    records nothing (not serving yet) or when the engine's unit is not the one that passed
+    the gate (a deploy is changing it: its own gate judges the new server, and the watch
+    must not restart an engine the deploy is rolling out or back)."""
     record = _read_json(record_file)
     if not record or not record.get("url") or not record.get("served_model_name"):
         return None
+    if record.get("unit") and record.get("unit_sha256"):
+        try:
+            unit = (unit_dir / str(record["unit"])).read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(unit).hexdigest() != record["unit_sha256"]:
+            return None
     identity = "|".join(str(record.get(k) or "") for k in
                         ("image_id", "model_revision", "model_path", "served_model_name"))
     return Probe(str(record["url"]).rstrip("/"), str(record["served_model_name"]), prompts,

@@ -167,3 +167,28 @@ def test_metrics_text() -> None:
     # Every sample line belongs to a declared metric family.
     declared = {line.split()[2] for line in lines if line.startswith("# TYPE ")}
     assert {line.split("{")[0].split()[0] for line in lines if not line.startswith("#")} <= declared
+
+
+def test_the_probe_waits_while_a_deploy_changes_the_unit(tmp_path) -> None:
+    """No probe (and so no restart by the watch) while the unit on disk is not the one that
+    passed the gate: the deploy's own gate judges the new server."""
+    import hashlib
+    import json
+
+    from onecat.watch.look import serving_probe
+
+    unit = tmp_path / "vllm.service"
+    unit.write_text("[Service]\nExecStart=/usr/bin/docker run engine:1\n")
+    record = tmp_path / "serving.json"
+    passed = {"url": "http://127.0.0.1:8000/", "served_model_name": "m", "unit": "vllm.service",
+              "unit_sha256": hashlib.sha256(unit.read_bytes()).hexdigest(), "image_id": "sha256:1"}
+    record.write_text(json.dumps(passed))
+    probe = serving_probe(record, ["p"], tmp_path / "refs.json", "k", unit_dir=tmp_path)
+    assert probe is not None and probe.url == "http://127.0.0.1:8000" and probe.model == "m"
+    assert probe.identity.startswith("sha256:1|")
+    unit.write_text("[Service]\nExecStart=/usr/bin/docker run engine:2\n")
+    assert serving_probe(record, ["p"], tmp_path / "refs.json", "k", unit_dir=tmp_path) is None
+    unit.unlink()
+    assert serving_probe(record, ["p"], tmp_path / "refs.json", "k", unit_dir=tmp_path) is None
+    record.write_text("{not json")
+    assert serving_probe(record, ["p"], tmp_path / "refs.json", "k", unit_dir=tmp_path) is None

@@ -8,6 +8,7 @@ from onecat.watch.deltas import DEGRADED, UNHEALTHY, Finding
 ECC = Finding(UNHEALTHY, "ecc_uncorrected", "GPU 1", "GPU 1: 1 new uncorrectable ECC error")
 LOST = Finding(UNHEALTHY, "gpu_lost", "GPU 1", "GPU 1 fell off the bus")
 GARBAGE = Finding(UNHEALTHY, "quality", None, "the quality probe 'x' failed: collapsed")
+DOWN = Finding(DEGRADED, "probe_unreachable", None, "the quality probe 'x' failed: HTTP 503")
 HOT = Finding(DEGRADED, "temperature", "GPU 0", "GPU 0 at 88 C")
 POLICY = act.Policy(restart=True, flap_window_s=3600, restart_grace_s=300)
 
@@ -66,17 +67,22 @@ def test_no_engine_unit_means_hold_instead_of_restart() -> None:
 
 
 def test_an_engine_still_loading_is_waited_for_within_the_grace() -> None:
-    looks = [(0, [GARBAGE]), (60, []), (120, [GARBAGE]), (180, [GARBAGE]), (240, [])]
+    looks = [(0, [GARBAGE]), (60, []), (120, [DOWN]), (180, [DOWN]), (240, [])]
     actions = _run(looks, unreachable_at=(120, 180))
     assert [a.state["mode"] for a in actions] == [
         act.DRAINING, act.RESTARTED, act.RESTARTED, act.RESTARTED, act.IN]
 
 
 def test_an_engine_that_never_answers_is_held_after_the_grace() -> None:
-    looks = [(0, [GARBAGE]), (60, []), (200, [GARBAGE]), (400, [GARBAGE])]
+    looks = [(0, [GARBAGE]), (60, []), (200, [DOWN]), (400, [DOWN])]
     actions = _run(looks, unreachable_at=(200, 400))
     assert actions[-1].state["mode"] == act.HELD
     assert "did not answer within 300 s" in actions[-1].state["reason"]
+
+
+def test_a_server_that_does_not_answer_while_in_is_left_to_the_gateway() -> None:
+    actions = _run([(0, [DOWN]), (60, [DOWN]), (120, [])], unreachable_at=(0, 60))
+    assert [a.answer for a in actions] == ["up", "up", "up"]
 
 
 def test_garbage_again_after_the_restart_holds_the_node_out() -> None:

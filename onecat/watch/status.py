@@ -1,0 +1,91 @@
+"""`onecat status`: the fleet now, one row per node, from what each node's watch wrote.
+
+playbooks/status.yml reads two small files per node (the watch's verdict file and the
+serve stage's gateway state) and writes them to status.json in the run's folder; this
+module turns them into the table. No NVML walk from the controller: the watch already
+looked, at most one interval ago.
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ("node", "verdict", "watch", "serving", "gateway", "last look", "probe",
+           "findings")
+
+
+def _age(stamp: str | None, now: float) -> str:
+    if not stamp:
+        return "-"
+    try:
+        seconds = now - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return stamp
+    if seconds < 120:
+        return f"{max(seconds, 0):.0f} s ago"
+    return f"{seconds / 60:.0f} min ago" if seconds < 7200 else f"{seconds / 3600:.0f} h ago"
+
+
+def row(host: str, verdict: dict[str, Any] | None, node: dict[str, Any] | None,
+        now: float) -> dict[str, str]:
+    """One node's row; a node without a verdict file says why."""
+    node = node or {}
+    serving = "-" if "serving" not in node else ("yes" if node["serving"] else "no")
+    gateway = "-" if "in_rotation" not in node else (
+        "in" if node["in_rotation"] else f"out: {node.get('reason') or '?'}")
+    if not verdict:
+        return {"node": host, "verdict": "unknown", "watch": "no verdict file (watch not "
+                "installed, or not looked yet)", "serving": serving, "gateway": gateway,
+                "last look": "-", "probe": "-", "findings": "-"}
+    probes = verdict.get("probe") or []
+    probe = "-" if not probes else (
+        "ok" if all(p.get("ok") for p in probes)
+        else "FAILED " + next(str(p.get("reason")) for p in probes if not p.get("ok")))
+    if probes:
+        probe += f" ({sum(float(p.get('seconds') or 0) for p in probes):.1f} s)"
+    findings = verdict.get("findings") or []
+    return {"node": host, "verdict": str(verdict.get("verdict")),
+            "watch": str(verdict.get("mode") or "-"), "serving": serving, "gateway": gateway,
+            "last look": _age(verdict.get("at"), now), "probe": probe,
+            "findings": "; ".join(str(f.get("message")) for f in findings) or "-"}
+
+
+def render(rows: list[dict[str, str]], width: int = 60) -> str:
+    """A plain-text table; long cells are cut to `width` characters."""
+    cells = [[(r.get(c) or "-")[:width] for c in COLUMNS] for r in rows]
+    widths = [max([len(c), *(len(line[i]) for line in cells)]) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+              for line in cells]
+    return "\n".join(lines)
+
+
+def rows_from_document(document: dict[str, Any], now: float | None = None) -> list[dict[str, str]]:
+    """status.json ({host: {"verdict": ..., "node": ...}}) as rows, by host name."""
+    now = time.time() if now is None else now
+    return [row(host, (entry or {}).get("verdict"), (entry or {}).get("node"), now)
+            for host, entry in sorted(document.items())]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 -m onecat.watch.status STATUS_JSON`: print the table (playbooks/status.yml)."""
+    parser = argparse.ArgumentParser(prog="python3 -m onecat.watch.status")
+    parser.add_argument("status_json", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        document = json.loads(args.status_json.read_text())
+    except (OSError, ValueError) as error:
+        print(f"onecat status: cannot read {args.status_json}: {error}", file=sys.stderr)
+        return 2
+    print(render(rows_from_document(document)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""`onecat status`'s table, from the verdict files and gateway states of the nodes."""
+
+from __future__ import annotations
+
+import calendar
+import time
+
+from onecat.watch.status import render, row, rows_from_document
+
+NOW = calendar.timegm(time.strptime("2026-12-03T17:00:00Z", "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def test_a_healthy_serving_node_in_rotation() -> None:
+    verdict = {"verdict": "healthy", "mode": "in", "at": "2026-12-03T16:59:30Z", "findings": [],
+               "probe": [{"ok": True, "seconds": 0.25}, {"ok": True, "seconds": 0.5}]}
+    node = {"serving": True, "in_rotation": True}
+    assert row("fleet-a", verdict, node, NOW) == {
+        "node": "fleet-a", "verdict": "healthy", "watch": "in", "serving": "yes",
+        "gateway": "in", "last look": "30 s ago", "probe": "ok (0.8 s)", "findings": "-"}
+
+
+def test_a_drained_node_shows_why() -> None:
+    verdict = {"verdict": "unhealthy", "mode": "draining", "at": "2026-12-03T16:00:00Z",
+               "findings": [{"message": "GPU 1: 1 new uncorrectable ECC error"}],
+               "probe": [{"ok": False, "reason": "collapsed into repetition", "seconds": 1}]}
+    cells = row("fleet-b", verdict, None, NOW)
+    assert cells["watch"] == "draining" and cells["serving"] == "-"
+    assert cells["last look"] == "60 min ago"
+    assert cells["probe"] == "FAILED collapsed into repetition (1.0 s)"
+    assert cells["findings"] == "GPU 1: 1 new uncorrectable ECC error"
+
+
+def test_a_node_without_a_watch_says_so() -> None:
+    cells = row("fleet-c", None, {"serving": False, "in_rotation": False, "reason": "ECC"}, NOW)
+    assert cells["verdict"] == "unknown" and "no verdict file" in cells["watch"]
+    assert cells["gateway"] == "out: ECC" and cells["serving"] == "no"
+
+
+def test_the_table_lines_up_and_cuts_long_cells() -> None:
+    rows = rows_from_document({"b": {"verdict": None, "node": None},
+                               "a": {"verdict": {"verdict": "healthy", "findings": [
+                                   {"message": "x" * 300}]}}}, NOW)
+    table = render(rows, width=40).splitlines()
+    assert [line.split()[0] for line in table] == ["node", "a", "b"]
+    assert len({line.index("verdict") for line in table[:1]}) == 1
+    assert max(len(line) for line in table) < 40 * 3 + 80
+    assert table[1].split()[1] == "healthy" and table[2].split()[1] == "unknown"
