@@ -6,9 +6,9 @@ errors, pending page retirements, hardware throttling, a GPU gone from the bus, 
 events. probe.py judges a quality probe's answer: empty, not text, collapsed into
 repetition, or different from the reference answer recorded when the node passed its gate.
 metrics.py writes both in Prometheus' text format for node_exporter's textfile collector.
+act.py decides what the node does about a look (drain, restart the engine once, hold out);
+look.py runs one look and records it; status.py renders `onecat status`'s table.
 
-Pure and stdlib only; the timer, its state and the gateway action come later.
-
-Ships to nodes: nothing yet (the watch will run on each node from its systemd timer, as
-`python3 -m onecat.watch`, not inside an Ansible module).
+Stdlib and pynvml only. Ships to nodes: roles/watch copies the modules `python3 -m
+onecat.watch` imports (its vars/main.yml lists them) and runs them from a systemd timer.
 """

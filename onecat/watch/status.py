@@ -50,6 +50,10 @@ def row(host: str, verdict: dict[str, Any] | None, node: dict[str, Any] | None,
     if probes:
         probe += f" ({sum(float(p.get('seconds') or 0) for p in probes):.1f} s)"
     findings = verdict.get("findings") or []
+    mode = verdict.get("mode")
+    if gateway == "in" and mode not in (None, "in"):
+        # The deploy keeps it in; the node's watch took it out (the agent answers for both).
+        gateway = "draining (watch)" if mode == "draining" else f"out (watch: {mode})"
     return {"node": host, "verdict": str(verdict.get("verdict")),
             "watch": str(verdict.get("mode") or "-"), "serving": serving, "gateway": gateway,
             "last look": _age(verdict.get("at"), now), "probe": probe,

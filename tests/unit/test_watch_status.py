@@ -23,8 +23,11 @@ def test_a_drained_node_shows_why() -> None:
     verdict = {"verdict": "unhealthy", "mode": "draining", "at": "2026-12-03T16:00:00Z",
                "findings": [{"message": "GPU 1: 1 new uncorrectable ECC error"}],
                "probe": [{"ok": False, "reason": "collapsed into repetition", "seconds": 1}]}
-    cells = row("fleet-b", verdict, None, NOW)
-    assert cells["watch"] == "draining" and cells["serving"] == "-"
+    cells = row("fleet-b", verdict, {"serving": True, "in_rotation": True}, NOW)
+    assert cells["watch"] == "draining" and cells["serving"] == "yes"
+    assert cells["gateway"] == "draining (watch)"
+    held = row("fleet-b", {**verdict, "mode": "held"}, {"serving": True, "in_rotation": True}, NOW)
+    assert held["gateway"] == "out (watch: held)"
     assert cells["last look"] == "60 min ago"
     assert cells["probe"] == "FAILED collapsed into repetition (1.0 s)"
     assert cells["findings"] == "GPU 1: 1 new uncorrectable ECC error"

@@ -259,3 +259,105 @@ def test_rerun_with_nothing_changed_changes_nothing(run_playbook):
     assert DRAIN_TASK not in run.output, run.output[-4000:]
     rows = rollout("rerun")
     assert rows["fleet-a"]["serving"] and rows["fleet-b"]["serving"]
+
+
+WATCH = "- ansible.builtin.import_playbook: @PROJECT@/playbooks/watch.yml"
+ECC_LINES = "gpu.1.ecc.volatile.uncorrected = 1\ngpu.1.ecc.aggregate.uncorrected = 1\n"
+SCENARIO_A = "/opt/onecat-test/nvml/scenarios/healthy_pcie_pair.scenario"
+BAD_FILE = "/tmp/onecat-standin-bad"  # fleet-a's STANDIN_BAD_FILE (host_vars), in the container
+
+
+def watch_verdict(name: str) -> dict:
+    return json.loads(node(name).check_output("cat /run/onecat/verdict.json"))
+
+
+def wait_for(what, timeout: float, step: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(step)
+
+
+def onecat_status() -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat", "status", "-i", str(Path(
+            os.environ["MOLECULE_INVENTORY_FILE"]).parent)],
+        capture_output=True, text=True, check=False, cwd=PROJECT, timeout=600)
+    return done.stdout + done.stderr
+
+
+def test_watch_drains_a_failing_node_restarts_it_once_then_holds_it_out(run_playbook):
+    """The watch on its timer (interval 8 s here): a new uncorrectable ECC error on fleet-a
+    drains it at the gateway, then its engine restarts once and it comes back; garbage
+    answers soon after (within the flap window) hold it out until an operator releases it.
+    Clients streaming through the gateway see no failed request throughout."""
+    a = node("fleet-a")
+    run = run_playbook(WATCH, "-e", "onecat_watch_interval=8s")
+    assert run.rc == 0, run.output[-3000:]
+    assert run.recap("fleet-a")["changed"] == 1 and run.recap("fleet-b")["changed"] == 1
+    scenario = a.check_output(f"cat {SCENARIO_A}") + "\n"
+    load = LoadClient(gateway_url(), MODEL, workers=3, max_tokens=LOAD_TOKENS,
+                      max_requests=20_000, max_seconds=900).start()
+    try:
+        time.sleep(5)
+        a.run(f"printf '%s' '{ECC_LINES}' >> {SCENARIO_A}")
+        injected = time.monotonic()
+        drained = wait_for(lambda: gateway_servers()["fleet-a"]["status"].startswith(
+            ("DRAIN", "MAINT")), timeout=30)
+        print(f"\nwatch: ECC error injected, fleet-a out of rotation after "
+              f"{time.monotonic() - injected:.1f} s (interval 8 s, agent check 2 s)")
+        assert drained, gateway_servers()["fleet-a"]
+        assert time.monotonic() - injected <= 2 * 8 + 2 + 2
+        back = wait_for(lambda: watch_verdict("fleet-a")["mode"] == "in", timeout=120)
+        assert back, watch_verdict("fleet-a")
+        journal = a.check_output("journalctl -u onecat-watch.service --no-pager -o cat")
+        assert "watch: in -> draining: GPU 1" in journal, journal[-2000:]
+        assert "watch: draining -> restarted: engine restarted after" in journal
+        assert "watch: restarted -> in: clean after the restart" in journal
+        servers = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"))
+        assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
+
+        # The card goes bad again, now in its answers: within the flap window, no second restart.
+        restarts = a.check_output("systemctl show -p NRestarts --value vllm.service")
+        container = a.check_output("docker inspect -f '{{.Id}}' vllm")
+        a.run(f"docker exec vllm touch {BAD_FILE}")
+        held = wait_for(lambda: watch_verdict("fleet-a")["mode"] == "held", timeout=60)
+        assert held, watch_verdict("fleet-a")
+        servers = wait_for_servers(lambda rows: "held" in rows["fleet-a"]["last_agt"])
+        assert servers["fleet-a"]["status"].startswith("MAINT"), servers["fleet-a"]
+        assert "second fault within the flap window" in servers["fleet-a"]["last_agt"]
+        assert a.check_output("docker inspect -f '{{.Id}}' vllm") == container
+        assert a.check_output("systemctl show -p NRestarts --value vllm.service") == restarts
+        assert servers["fleet-b"]["status"].startswith("UP")
+    finally:
+        outcomes = load.stop()
+    print(f"watch: {len(outcomes)} streamed requests through the gateway, "
+          f"{len(failed(outcomes))} failed")
+    assert len(outcomes) >= 20, len(outcomes)
+    assert not failed(outcomes), failed(outcomes)[:3]
+    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+
+    # onecat status: one table of the fleet, from the nodes' verdict files.
+    table = onecat_status()
+    rows = {line.split()[0]: line for line in table.splitlines() if line.startswith("fleet-")}
+    assert rows["fleet-a"].split()[1:3] == ["unhealthy", "held"], table
+    assert "FAILED collapsed into repetition" in rows["fleet-a"], table
+    assert rows["fleet-b"].split()[1:3] == ["healthy", "in"], table
+    assert "unknown" in rows["fleet-c"], table
+
+    # The operator's fix (a fresh engine, the scenario back) and --release: back in rotation.
+    a.run(f"printf '%s' '{scenario}' > {SCENARIO_A}")
+    a.run("systemctl restart vllm.service")
+    assert wait_for(lambda: a.run(f"curl -fsS {KEY_HEADER} http://127.0.0.1:8000/health")
+                    .rc == 0, timeout=60)
+    released = a.run("onecat-watch --release")
+    assert released.rc == 0 and "held -> in: released by an operator" in released.stdout
+    servers = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"))
+    assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
+    assert watch_verdict("fleet-a")["verdict"] == "healthy"
+
+    # The timer goes back to the scenario's interval: a re-run of the stage changes only that.
+    run = run_playbook(WATCH)
+    assert run.rc == 0 and run.recap("fleet-a")["changed"] == 1, run.output[-3000:]
