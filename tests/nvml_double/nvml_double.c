@@ -12,11 +12,15 @@
  * `fail.<function> = <code>` or `gpu.<i>.fail.<function> = <code>` makes a
  * whole call fail. A function missing from an older driver (FUNCTION_NOT_FOUND
  * in pynvml) is emulated at build time by hiding the symbol (see build.py).
+ * Timelines: `key@<seconds> = value` takes effect once that many seconds have
+ * passed since nvmlInit (an ECC counter rising under load, a throttle reason
+ * appearing, a GPU falling off the bus: `device_count@30 = 1`).
  */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 #define NVML_SUCCESS 0
@@ -76,7 +80,15 @@ typedef struct {
 static struct {
     char *key;
     char *value;
+    double after; /* seconds since nvmlInit before the entry applies (timelines) */
 } entries[MAX_ENTRIES];
+static struct timespec init_time;
+
+static double seconds_since_init(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - init_time.tv_sec) + (now.tv_nsec - init_time.tv_nsec) / 1e9;
+}
 static int n_entries;
 static int init_refcount;
 static struct nvmlDevice_st devices[MAX_DEVICES];
@@ -131,18 +143,40 @@ static int load_file(const char *path, int depth) {
             rc = -1;
             break;
         }
+        double after = 0;
+        char *at = strchr(key, '@');
+        if (at) {
+            char *end;
+            *at = '\0';
+            after = strtod(at + 1, &end);
+            if (end == at + 1 || *trim(end) || after < 0) {
+                fprintf(stderr, "nvml double: bad time in %s@%s (%s)\n", key, at + 1, path);
+                rc = -1;
+                break;
+            }
+            key = trim(key);
+        }
         entries[n_entries].key = strdup(key);
         entries[n_entries].value = strdup(value);
+        entries[n_entries].after = after;
         n_entries++;
     }
     fclose(f);
     return rc;
 }
 
-/* The last definition of a key wins, so an including file can override. */
+/* The last definition of a key that applies by now wins, so an including file can
+ * override, and a timeline entry overrides once its time has come. */
 static const char *lookup(const char *key) {
-    for (int i = n_entries - 1; i >= 0; i--)
-        if (strcmp(entries[i].key, key) == 0) return entries[i].value;
+    double elapsed = -1;
+    for (int i = n_entries - 1; i >= 0; i--) {
+        if (strcmp(entries[i].key, key) != 0) continue;
+        if (entries[i].after > 0) {
+            if (elapsed < 0) elapsed = seconds_since_init();
+            if (elapsed < entries[i].after) continue;
+        }
+        return entries[i].value;
+    }
     return NULL;
 }
 
@@ -243,6 +277,7 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
         fprintf(stderr, "nvml double: ONECAT_NVML_DOUBLE_SCENARIO is not set\n");
         return NVML_ERROR_UNKNOWN;
     }
+    clock_gettime(CLOCK_MONOTONIC, &init_time);
     if (load_file(path, 0) != 0) return NVML_ERROR_UNKNOWN;
     unsigned long long init_rc = 0;
     get_ull("init", &init_rc);

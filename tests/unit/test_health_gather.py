@@ -61,6 +61,8 @@ EXPECTED = {
         (E, "retired_pages_pending", 1), (W, "xid", 0), (E, "xid", 1), (E, "xid", 1),
     ]),
     "thermal_slowdown": ("degraded", [(W, "temperature", 1), (W, "throttle", 1)]),
+    # Read at once after nvmlInit, as the deploy's health check reads: its errors come later.
+    "ecc_rises_under_load": ("healthy", []),
 }
 
 
@@ -291,3 +293,37 @@ def test_onecat_health_local_is_the_same_check(libdir: Path) -> None:
     assert (done.returncode, done.stderr) == (0, "")
     facts = json.loads(done.stdout)
     assert (facts["verdict"], problems(facts)) == ("degraded", [(W, "pcie_link", 1)])
+
+
+def test_a_timeline_changes_the_counters_while_the_process_reads(libdir: Path,
+                                                                 tmp_path: Path) -> None:
+    """`key@<seconds>` applies once that long has passed since nvmlInit (one process)."""
+    scenario = tmp_path / "timeline.scenario"
+    scenario.write_text(f"include = {double.scenario_path('healthy_pcie_pair')}\n"
+                        "gpu.1.ecc.volatile.uncorrected@0.6 = 2\ndevice_count@1.2 = 1\n")
+    code = (
+        "import time, pynvml\n"
+        "pynvml.nvmlInit()\n"
+        "def read():\n"
+        "    gpu = pynvml.nvmlDeviceGetHandleByIndex(1) if pynvml.nvmlDeviceGetCount() > 1 "
+        "else None\n"
+        "    ecc = pynvml.nvmlDeviceGetTotalEccErrors(gpu, 1, 0) if gpu else None\n"
+        "    return pynvml.nvmlDeviceGetCount(), ecc\n"
+        "seen = [read()]\n"
+        "time.sleep(0.8); seen.append(read())\n"
+        "time.sleep(0.6); seen.append(read())\n"
+        "print(seen)\n")
+    done = subprocess.run([sys.executable, "-c", code], env=double.double_env(libdir, scenario),
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[(2, 0), (2, 2), (1, None)]"
+
+
+def test_a_bad_timeline_time_is_refused(libdir: Path, tmp_path: Path) -> None:
+    scenario = tmp_path / "bad.scenario"
+    scenario.write_text("device_count = 2\ndevice_count@soon = 1\n")
+    done = subprocess.run([sys.executable, "-c", "import pynvml; pynvml.nvmlInit()"],
+                          env=double.double_env(libdir, scenario), capture_output=True,
+                          text=True, check=False, timeout=60)
+    assert done.returncode != 0
+    assert "bad time in device_count@soon" in done.stderr
