@@ -1,0 +1,143 @@
+"""`python3 -m onecat.burnin`: burn this node in under load (exit 0 admitted, 1 refused,
+2 could not run); roles/burnin runs it on each node before the gateway sends it users."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from onecat.health.nvml import NvmlUnavailable
+from onecat.serve.gate import key_from_env_file
+from onecat.watch.look import write_atomic
+
+from .run import Plan, burn_in
+
+EXIT_ADMITTED, EXIT_REFUSED, EXIT_CANNOT_RUN = 0, 1, 2
+
+
+def _positive(kind: type) -> Callable[[str], float | int]:
+    def parse(text: str) -> float | int:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        return value
+
+    return parse
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m onecat.burnin", description=__doc__)
+    parser.add_argument("--url", required=True, help="the node's own server")
+    parser.add_argument("--model", required=True, help="its served model name")
+    parser.add_argument(
+        "--api-key-file", type=Path, help="environment file with VLLM_API_KEY (the server's key)"
+    )
+    parser.add_argument(
+        "--seconds",
+        type=_positive(float),
+        default=600,
+        help="how long the load lasts (default %(default)s)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=_positive(int),
+        default=32,
+        help="streaming clients, closed loop (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=_positive(int),
+        default=256,
+        help="tokens per load request (default %(default)s)",
+    )
+    parser.add_argument(
+        "--prompts",
+        type=Path,
+        required=True,
+        help="fixed prompts, one per line (# comments), asked greedy",
+    )
+    parser.add_argument(
+        "--references",
+        type=Path,
+        help="JSON {prompt: answer} the node's idle answers must match "
+        "(the canary's, for the same model and image)",
+    )
+    parser.add_argument(
+        "--ask-every",
+        type=_positive(float),
+        default=10.0,
+        metavar="SECONDS",
+        help="ask the prompts again under load this often (default %(default)s)",
+    )
+    parser.add_argument("--kernel-log", help="kernel log for Xid events (default: journalctl -k)")
+    parser.add_argument("--out", type=Path, required=True, help="where burnin.json goes")
+    args = parser.parse_args(argv)
+    try:
+        prompts = [
+            line.strip()
+            for line in args.prompts.read_text().splitlines()
+            if line.strip() and not line.startswith("#")
+        ]
+        references = json.loads(args.references.read_text()) if args.references else None
+        key = key_from_env_file(args.api_key_file.read_text()) if args.api_key_file else ""
+    except (OSError, ValueError) as error:
+        print(
+            f"onecat burnin: cannot read the inputs on {platform.node()}: {error}", file=sys.stderr
+        )
+        return EXIT_CANNOT_RUN
+    if not prompts:
+        print(f"onecat burnin: {args.prompts} holds no prompt", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    try:
+        import pynvml
+    except ImportError:
+        print(
+            "onecat burnin: pynvml is missing; install nvidia-ml-py or python3-pynvml",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_RUN
+    plan = Plan(
+        args.url.rstrip("/"),
+        args.model,
+        key,
+        args.seconds,
+        args.concurrency,
+        args.max_tokens,
+        prompts,
+        references if isinstance(references, dict) else None,
+        ask_every_s=args.ask_every,
+        kernel_log_path=args.kernel_log,
+    )
+    try:
+        document = burn_in(pynvml, plan)
+    except NvmlUnavailable as error:
+        print(
+            f"onecat burnin: NVIDIA driver not loaded on {platform.node()}: NVML error "
+            f"{error.code}: {error.text}",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_RUN
+    except pynvml.NVMLError as error:
+        print(f"onecat burnin: NVML failed on {platform.node()}: {error}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    document["host"] = platform.node()
+    write_atomic(args.out, json.dumps(document, indent=2, sort_keys=True) + "\n")
+    load = document["load"]
+    print(
+        f"{platform.node()}: burn-in {document['verdict']} "
+        f"({'admitted' if document['admitted'] else 'refused'}) after "
+        f"{document['seconds']:.0f} s at concurrency {plan.concurrency}: "
+        f"{load['completed']} requests, {load['failed']} failed, "
+        f"{load['output_tokens_per_s']} output tokens/s"
+    )
+    for finding in document["findings"]:
+        print(f"  {finding['severity'].upper():9} {finding['message']}")
+    return EXIT_ADMITTED if document["admitted"] else EXIT_REFUSED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
