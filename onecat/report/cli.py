@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from onecat.report.analysis import DEFAULT_THRESHOLD, failures, find_outliers, fleet_medians
+from onecat.report.burnin import burnin_markdown, load_burnins, write_burnin_plot
 from onecat.report.load import ReportError, load_run
 from onecat.report.render import build_json, build_markdown
 
@@ -60,6 +61,12 @@ def make_report(run_dir: Path, out: Path, threshold: float = DEFAULT_THRESHOLD,
     if shares:
         document["gateway_share"] = shares
         markdown = markdown.rstrip("\n") + "\n\n" + share_markdown(shares, nodes) + "\n"
+    burnins = load_burnins(run_dir, warnings)
+    if burnins:
+        plot = write_burnin_plot(burnins, out) if plots and written else None
+        document["burnin"] = {host: {k: v for k, v in data.items() if k != "series"}
+                              for host, data in burnins.items()}
+        markdown = markdown.rstrip("\n") + "\n\n" + burnin_markdown(burnins, plot) + "\n"
     (out / "report.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     (out / "report.md").write_text(markdown)
     return document

@@ -149,3 +149,35 @@ def test_seed_reference_is_encoded_as_in_section_4_1():
     assert reference.SEED_LEVELS[32]["throughput_tok_s"] == (210, 240)
     assert reference.SEED_LEVELS[16]["ttft_s"] == (2.5, 4.0)
     assert reference.SEED_LEVELS[8]["memory_per_card_gb"] == 11.8
+
+
+def _burnin(verdict: str, temps: list[int], uncorrected: list[int]) -> dict:
+    series = [{"t": float(i), "gpus": [{"index": 0, "temperature_c": t, "power_draw_w": 200.0 + i,
+                                        "ecc_uncorrected": u}]}
+              for i, (t, u) in enumerate(zip(temps, uncorrected, strict=True))]
+    findings = [] if verdict == "healthy" else [
+        {"severity": "unhealthy", "code": "ecc_uncorrected", "gpu": "GPU 0",
+         "message": "GPU 0: 1 new uncorrectable ECC error(s)"}]
+    return {"verdict": verdict, "admitted": verdict != "unhealthy", "seconds": 600.0,
+            "load": {"completed": 900, "failed": 0, "output_tokens_per_s": 512.5},
+            "findings": findings, "series": series,
+            "answers": {"idle": {}, "under_load": [{"same": True}, {"same": verdict == "healthy"}]}}
+
+
+def test_the_burn_in_section_and_its_plot(run_dir):
+    (run_dir / "node1" / "burnin.json").write_text(json.dumps(_burnin("healthy", [60, 71, 75],
+                                                                      [0, 0, 0])))
+    (run_dir / "node2" / "burnin.json").write_text(json.dumps(_burnin("unhealthy", [60, 80, 84],
+                                                                      [0, 0, 1])))
+    (run_dir / "node3" / "burnin.json").write_text("{not json")
+    document = make_report(run_dir, run_dir)
+    md = (run_dir / "report.md").read_text()
+    assert "| node1 | healthy | yes | 600.0 | 900 (0) | 512.5 | 75 | 202.0 | 0 | 2/2 same | - |" \
+        in md
+    assert "| node2 | unhealthy | no | 600.0 | 900 (0) | 512.5 | 84 | 202.0 | 1 | 1/2 same | " \
+        "GPU 0: 1 new uncorrectable ECC error(s) |" in md
+    assert "![GPU temperature during the burn-in](burnin_temperature.png)" in md
+    assert (run_dir / "burnin_temperature.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(document["burnin"]) == ["node1", "node2"]
+    assert "series" not in document["burnin"]["node1"]
+    assert any("node3/burnin.json" in w for w in document["warnings"])
