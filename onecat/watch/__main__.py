@@ -23,6 +23,7 @@ from .look import (
     EXIT_HEALTHY,
     Acting,
     Probe,
+    answer_agent,
     look,
     probe_due,
     serving_probe,
@@ -59,7 +60,7 @@ def _acting(args: argparse.Namespace) -> Acting | None:
         return None
     policy = act.Policy(restart=bool(args.engine_unit), flap_window_s=args.flap_window,
                         restart_grace_s=args.restart_grace)
-    return Acting(args.agent_file, _restarter(args.engine_unit), policy)
+    return Acting(args.agent_file, _restarter(args.engine_unit), policy, args.ready_hold)
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -72,7 +73,7 @@ def _release(args: argparse.Namespace) -> int:
     try:
         write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
         if args.agent_file is not None:
-            write_atomic(args.agent_file, decided.answer + "\n")
+            answer_agent(args.agent_file, decided.answer, args.ready_hold)
     except OSError as error:
         print(f"onecat watch: cannot release {platform.node()}: {error}", file=sys.stderr)
         return EXIT_CANNOT_READ
@@ -125,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine-unit", default="",
                         help="systemd unit of the engine to restart once after a fault "
                              "(empty: never restart, hold out)")
+    parser.add_argument("--ready-hold", type=float, default=6.0, metavar="SECONDS",
+                        help="answer `ready` this long before plain `up` when the node goes "
+                             "back in (a few of the gateway's agent checks; default %(default)s)")
     parser.add_argument("--flap-window", type=float, default=act.Policy.flap_window_s,
                         metavar="SECONDS", help="a second fault this soon after a restart holds "
                                                 "the node out (default %(default)s)")

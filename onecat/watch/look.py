@@ -73,6 +73,18 @@ class Acting:
     agent_file: Path | None
     restart_engine: Callable[[], str | None]
     policy: act.Policy = field(default_factory=act.Policy)
+    # How long "ready" is answered before plain "up" (three of the gateway's agent checks).
+    ready_hold_s: float = 6.0
+
+
+def answer_agent(agent_file: Path, answer: str, ready_hold_s: float) -> None:
+    """Write the agent's answer. `ready` (which cancels a drain or maint) is answered only
+    long enough for the gateway to hear it: left there, it would also cancel the drain a
+    deploy sets through the runtime API before it restarts the node's server."""
+    write_atomic(agent_file, answer + "\n")
+    if answer.startswith("ready "):
+        time.sleep(ready_hold_s)
+        write_atomic(agent_file, answer.removeprefix("ready ") + "\n")
 
 
 def run_probe(config: Probe) -> tuple[list[ProbeResult], list[Finding]]:
@@ -160,7 +172,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
         write_atomic(state_dir / ACTION_FILE, json.dumps(decided.state, sort_keys=True) + "\n",
                       0o600)
         if acting.agent_file is not None:
-            write_atomic(acting.agent_file, decided.answer + "\n")
+            answer_agent(acting.agent_file, decided.answer, acting.ready_hold_s)
         mode = decided.state["mode"]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     document = {"verdict": result, "at": stamp, "first_look": previous is None, "mode": mode,

@@ -140,6 +140,14 @@ def test_first_rollout_holds_out_the_ecc_node_and_serves_the_others(run_playbook
         level = json.loads((Path(results) / name / "bench-c4.json").read_text())
         assert level["completed"] == 8 and level["failed"] == 0
         assert level["output_throughput"] > 0
+    # Both serving nodes burned in under load before the gateway sent them users; fleet-c,
+    # held at health, never served.
+    for name in ("fleet-a", "fleet-b"):
+        burnin = json.loads((Path(results) / name / "burnin.json").read_text())
+        assert burnin["admitted"] and burnin["verdict"] == "healthy", burnin["findings"]
+        assert burnin["load"]["completed"] > 0 and burnin["load"]["failed"] == 0
+        assert len(burnin["series"]) >= 5
+    assert "## Burn-in" in (Path(results) / "report.md").read_text()
     assert not (Path(results) / "fleet-c").exists()
     report = (Path(results) / "report.md").read_text()
     assert "fleet-a" in report and "fleet-b" in report
@@ -361,3 +369,42 @@ def test_watch_drains_a_failing_node_restarts_it_once_then_holds_it_out(run_play
     # The timer goes back to the scenario's interval: a re-run of the stage changes only that.
     run = run_playbook(WATCH)
     assert run.rc == 0 and run.recap("fleet-a")["changed"] == 1, run.output[-3000:]
+
+
+BURNIN = "- ansible.builtin.import_playbook: @PROJECT@/playbooks/burnin.yml"
+
+
+def test_burn_in_refuses_a_node_whose_ecc_rises_under_load_until_it_passes_again(run_playbook):
+    """On demand (onecat burnin), fleet-a's GPU 1 starts failing a few seconds into the load
+    (an NVML timeline): refused with the evidence and held out of rotation; the next site.yml
+    run burns it in again (the refusal is remembered) and admits it once it passes."""
+    results = EPHEMERAL / "results" / "burnin"
+    failing = json.dumps({"gpu_health_environment": {
+        "LD_LIBRARY_PATH": "/opt/onecat-test/nvml",
+        "ONECAT_NVML_DOUBLE_SCENARIO":
+            "/opt/onecat-test/nvml/scenarios/ecc_rises_under_load.scenario"}})
+    run = run_playbook(BURNIN, "--limit", "fleet-a", "-e", failing,
+                       "-e", f"onecat_results_dir={results}")
+    print(f"\nburn-in on demand, fleet-a refused: {run.seconds:.0f} s")
+    assert run.rc != 0, run.output[-3000:]
+    flat = " ".join(run.output.split())
+    assert "fleet-a: burn-in refused the node (unhealthy" in flat, flat[-3000:]
+    evidence = json.loads((results / "fleet-a" / "burnin.json").read_text())
+    assert not evidence["admitted"]
+    assert {"ecc_uncorrected", "retirement_pending"} <= {f["code"] for f in evidence["findings"]}
+    assert any(row["gpus"][1]["ecc_uncorrected"] for row in evidence["series"])
+    servers = wait_for_servers(lambda rows: "burn-in" in rows["fleet-a"]["last_agt"])
+    assert servers["fleet-a"]["status"].startswith("MAINT"), servers["fleet-a"]
+    assert servers["fleet-b"]["status"].startswith("UP")
+    assert stream_completion(gateway_url(), MODEL, max_tokens=4).status == 200
+
+    rerun = str(EPHEMERAL / "results" / "after-burnin")
+    run = run_playbook(SITE, "-e", GOOD_ENV, "-e", f"onecat_results_dir={rerun}")
+    print(f"site.yml after the refusal, fleet-a gated and burned in again: {run.seconds:.0f} s")
+    assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
+    assert "fleet-a: burn-in: its last burn-in refused it" in " ".join(run.output.split())
+    assert json.loads((Path(rerun) / "fleet-a" / "burnin.json").read_text())["admitted"]
+    assert not (Path(rerun) / "fleet-b" / "burnin.json").exists()
+    assert rollout("after-burnin")["fleet-a"]["in_rotation"]
+    servers = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"))
+    assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
