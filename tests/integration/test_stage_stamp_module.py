@@ -81,3 +81,55 @@ def test_bad_input_gets_a_clear_message(tmp_path: Path) -> None:
     assert bad.get("failed") is True and "letters, digits" in bad["msg"]
     empty = run({"stage": "serve", "state": "record", "dir": str(tmp_path)})
     assert empty.get("failed") is True and "want is empty for the serve stage" in empty["msg"]
+
+
+PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Check or record.
+      ansible.builtin.include_role:
+        name: stage_stamp
+        tasks_from: "{{ step }}"
+      vars:
+        stage_stamp_stage: gpu
+        stage_stamp_role: gpu_health
+        stage_stamp_dir: "{{ stamps }}"
+        stage_stamp_lock_file: "{{ stamps }}/no-lock.json"
+        stage_stamp_manages: {files: [], packages: [], units: []}
+    - name: Show the verdict.
+      ansible.builtin.debug:
+        msg: "CURRENT={{ 'gpu' in stage_stamp_current | default([]) }}"
+"""
+
+
+def test_what_is_wanted_covers_the_roles_files_and_the_onecat_variables_they_read(
+        tmp_path: Path) -> None:
+    """roles/stage_stamp's want digest: a changed file anywhere in the stage's role, or a new
+    value of an onecat_* variable one of its files reads, runs the stage again."""
+    roles = tmp_path / "roles"
+    for name in ("stage_stamp", "gpu_health"):
+        shutil.copytree(REPO / "roles" / name, roles / name)
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(PLAY)
+    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(roles), "ANSIBLE_LIBRARY": str(REPO / "library"),
+           "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"), "ANSIBLE_NOCOLOR": "1"}
+
+    def current(step: str = "check", *extra: str) -> bool:
+        done = subprocess.run(
+            [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook),
+             "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"step={step}",
+             "-e", f"stamps={tmp_path / 'stamps'}", *extra],
+            env=env, capture_output=True, text=True, check=False, cwd=REPO, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        assert "Unable to find" not in done.stdout + done.stderr
+        return "CURRENT=True" in done.stdout
+
+    assert current("record") is False  # no stamp before the record
+    assert current() is True
+    # gpu_health's defaults read onecat_expected_gpus: a new value runs the stage.
+    assert current("check", "-e", "onecat_expected_gpus=4") is False
+    # A task file deep in the role changes: the stage runs again.
+    (roles / "gpu_health" / "tasks" / "pynvml-venv.yml").write_text(
+        (roles / "gpu_health" / "tasks" / "pynvml-venv.yml").read_text() + "\n# changed\n")
+    assert current() is False
