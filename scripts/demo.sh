@@ -2,7 +2,8 @@
 # The main job with zero hardware, done the way a user does it on real hardware:
 #   onecat fleet up                              three simulated 2xV100 nodes in Docker
 #   onecat deploy -i inventory/simulated.yml     site.yml with live progress and the summary
-#   one completion and a short benchmark through the gateway, then the fleet report.
+#   one completion and a short benchmark through the gateway, `onecat status`, then the
+#   fleet report.
 # Every sentence at the end is computed from rollout.json and the results.
 # `scripts/demo.sh down` destroys the fleet again.
 set -euo pipefail
@@ -57,6 +58,9 @@ python3 -m json.tool "${run_dir}/completion.json"
 say "a short benchmark through the gateway"
 onecat bench --url "${gateway}" --out "${run_dir}/gateway" --concurrency 1,4 --input-len 64 \
   --output-len 32 --requests-per-level 8 --warmup 1 --gateway-stats "http://${address}:8404/stats"
+
+say "onecat status -i inventory/simulated.yml (what each node's watch says now)"
+onecat status -i inventory/simulated.yml || true
 
 say "the fleet report"
 onecat report "${run_dir}" --no-plots
