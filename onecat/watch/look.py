@@ -107,6 +107,22 @@ def run_probe(config: Probe) -> tuple[list[ProbeResult], list[Finding]]:
     return results, findings
 
 
+def summary(readings: dict[str, Any]) -> dict[str, Any]:
+    """What `onecat status` shows of the GPUs: ECC errors since the driver loaded (the boot,
+    on a node onecat deployed) and the hottest GPU, without a second NVML walk."""
+    gpus = readings.get("gpus") or []
+
+    def total(kind: str) -> int | None:
+        values = [((g.get("ecc") or {}).get("volatile") or {}).get(kind) for g in gpus]
+        known = [v for v in values if isinstance(v, int)]
+        return sum(known) if known else None
+
+    temperatures = [g["temperature_c"] for g in gpus if isinstance(g.get("temperature_c"), int)]
+    return {"ecc_since_driver_load": {"corrected": total("corrected"),
+                                      "uncorrected": total("uncorrected")},
+            "temperature_max_c": max(temperatures) if temperatures else None}
+
+
 def probe_due(state_dir: Path, every: int) -> bool:
     """Whether this look probes: every `every` looks, and on every look while the node is out
     (its way back in goes through a passing probe)."""
@@ -178,6 +194,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
     document = {"verdict": result, "at": stamp, "first_look": previous is None, "mode": mode,
                 "transitions": transitions,
                 "gpus": len(readings.get("gpus") or []),
+                **summary(readings),
                 "findings": [finding.as_dict() for finding in findings],
                 "probe": [{"prompt": r.prompt, "ok": r.ok, "reason": r.reason,
                            "seconds": round(r.seconds, 3)} for r in results] or None}

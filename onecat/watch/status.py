@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 COLUMNS = ("node", "verdict", "watch", "serving", "gateway", "last look", "probe",
-           "findings")
+           "ECC c/u", "max °C", "findings")
 
 
 def _age(stamp: str | None, now: float) -> str:
@@ -32,6 +32,17 @@ def _age(stamp: str | None, now: float) -> str:
     return f"{seconds / 60:.0f} min ago" if seconds < 7200 else f"{seconds / 3600:.0f} h ago"
 
 
+def _text(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _ecc(counts: Any) -> str:
+    """Corrected/uncorrected ECC errors since the driver loaded, summed over the GPUs."""
+    if not isinstance(counts, dict):
+        return "-"
+    return f"{_text(counts.get('corrected'))}/{_text(counts.get('uncorrected'))}"
+
+
 def row(host: str, verdict: dict[str, Any] | None, node: dict[str, Any] | None,
         now: float) -> dict[str, str]:
     """One node's row; a node without a verdict file says why."""
@@ -42,7 +53,8 @@ def row(host: str, verdict: dict[str, Any] | None, node: dict[str, Any] | None,
     if not verdict:
         return {"node": host, "verdict": "unknown", "watch": "no verdict file (watch not "
                 "installed, or not looked yet)", "serving": serving, "gateway": gateway,
-                "last look": "-", "probe": "-", "findings": "-"}
+                "last look": "-", "probe": "-", "ECC c/u": "-", "max °C": "-",
+                "findings": "-"}
     probes = verdict.get("probe") or []
     probe = "-" if not probes else (
         "ok" if all(p.get("ok") for p in probes)
@@ -57,6 +69,8 @@ def row(host: str, verdict: dict[str, Any] | None, node: dict[str, Any] | None,
     return {"node": host, "verdict": str(verdict.get("verdict")),
             "watch": str(verdict.get("mode") or "-"), "serving": serving, "gateway": gateway,
             "last look": _age(verdict.get("at"), now), "probe": probe,
+            "ECC c/u": _ecc(verdict.get("ecc_since_driver_load")),
+            "max °C": _text(verdict.get("temperature_max_c")),
             "findings": "; ".join(str(f.get("message")) for f in findings) or "-"}
 
 

@@ -61,6 +61,7 @@ def test_looks_in_sequence(libdir: Path, tmp_path: Path) -> None:
     rc, out, verdict = _look(libdir, "ecc_uncorrected_since_boot", tmp_path)
     assert rc == 1, out
     assert verdict is not None and verdict["verdict"] == "unhealthy"
+    assert verdict["ecc_since_driver_load"]["uncorrected"] == 1
     codes = [f["code"] for f in verdict["findings"]]
     assert codes == ["ecc_uncorrected", "pages_retired_double_bit"]
     assert "GPU 1 (00000000:5E:00.0): 1 new uncorrectable ECC error(s)" in out

@@ -12,11 +12,14 @@ NOW = calendar.timegm(time.strptime("2026-12-03T17:00:00Z", "%Y-%m-%dT%H:%M:%SZ"
 
 def test_a_healthy_serving_node_in_rotation() -> None:
     verdict = {"verdict": "healthy", "mode": "in", "at": "2026-12-03T16:59:30Z", "findings": [],
-               "probe": [{"ok": True, "seconds": 0.25}, {"ok": True, "seconds": 0.5}]}
+               "probe": [{"ok": True, "seconds": 0.25}, {"ok": True, "seconds": 0.5}],
+               "ecc_since_driver_load": {"corrected": 12, "uncorrected": 0},
+               "temperature_max_c": 71}
     node = {"serving": True, "in_rotation": True}
     assert row("fleet-a", verdict, node, NOW) == {
         "node": "fleet-a", "verdict": "healthy", "watch": "in", "serving": "yes",
-        "gateway": "in", "last look": "30 s ago", "probe": "ok (0.8 s)", "findings": "-"}
+        "gateway": "in", "last look": "30 s ago", "probe": "ok (0.8 s)", "ECC c/u": "12/0",
+        "max °C": "71", "findings": "-"}
 
 
 def test_a_drained_node_shows_why() -> None:
