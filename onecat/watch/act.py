@@ -109,7 +109,9 @@ def step(
             go(RESTARTED, f"engine restarted after: {state['reason']}")
         else:
             why = "a second fault within the flap window" if recent else "a restart cannot clear it"
-            go(HELD, f"{why}: {state['reason']}")
+            # The gateway's stats page shows why it is held, then what the fault was.
+            state["reason"] = f"{why}: {state['reason']}"[:180]
+            go(HELD, state["reason"])
     elif mode == RESTARTED:
         if probe_unreachable:
             if now - float(state["since"]) >= policy.restart_grace_s:
@@ -130,8 +132,9 @@ def release(saved: dict[str, Any] | None, now: float) -> Action:
     state = {**initial_state(), **(saved or {})}
     was = state["mode"]
     state.update(mode=IN, since=now, reason="", restartable=False)
-    transitions = [f"{was} -> {IN}: released by an operator"] if was != IN else []
-    return Action(state, "ready up", False, transitions)
+    if was == IN:
+        return Action(state, "up", False, [])
+    return Action(state, "ready up", False, [f"{was} -> {IN}: released by an operator"])
 
 
 def restart_failed(action: Action, failure: str, now: float) -> Action:
