@@ -28,16 +28,23 @@ def add_run_options(parser: argparse.ArgumentParser, inventory: bool = True) -> 
         parser.add_argument("--quiet", action="store_true", help="no live progress")
 
 
+def inventory_usable(inventory: str) -> bool:
+    """Whether `inventory` exists and can drive a run; says why not on stderr."""
+    if not Path(inventory).exists():
+        print(f"onecat: inventory {inventory} not found: pass -i with an inventory "
+              "file such as inventory/v100-hosts.yml", file=sys.stderr)
+        return False
+    problem = inventory_problem(inventory)
+    if problem:
+        print(f"onecat: {problem}", file=sys.stderr)
+        return False
+    return True
+
+
 def run_fleet_command(
     args: argparse.Namespace, playbook: str, extra_vars: Sequence[str] = ()
 ) -> int:
-    if not Path(args.inventory).exists():
-        print(f"onecat: inventory {args.inventory} not found: pass -i with an inventory "
-              "file such as inventory/v100-hosts.yml", file=sys.stderr)
-        return 2
-    problem = inventory_problem(args.inventory)
-    if problem:
-        print(f"onecat: {problem}", file=sys.stderr)
+    if not inventory_usable(args.inventory):
         return 2
     outcome = run_playbook(
         playbook,

@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-from onecat.fleet.runner import inventory_problem, print_outcome, run_playbook
+from onecat.fleet.deploy import inventory_usable
+from onecat.fleet.runner import print_outcome, run_playbook
 
 from .status import render, rows_from_document
 
 
 def run_status(args: argparse.Namespace) -> int:
-    if not Path(args.inventory).exists():
-        print(f"onecat: inventory {args.inventory} not found: pass -i with an inventory "
-              "file such as inventory/v100-hosts.yml", file=sys.stderr)
-        return 2
-    problem = inventory_problem(args.inventory)
-    if problem:
-        print(f"onecat: {problem}", file=sys.stderr)
+    if not inventory_usable(args.inventory):
         return 2
     outcome = run_playbook("playbooks/status.yml", args.inventory, limit=args.limit,
                            extra_vars=args.extra_vars, quiet=True)

@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nvml_double_harness as double
+from gateway_harness import wait_until
 from standin_harness import standin
 
 
@@ -25,15 +26,6 @@ def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("nvml-double")
     double.build(out)
     return out
-
-
-def wait_for(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _look(libdir: Path, scenario: str | Path, tmp_path: Path, *extra: str
@@ -148,7 +140,7 @@ def test_acting_drains_then_holds_a_node_whose_engine_cannot_restart(
          str(tmp_path / "state"), "--agent-file", str(agent), "--ready-hold", "3"],
         stdout=subprocess.PIPE, text=True, cwd=double.REPO)
     # `ready` (which cancels the gateway's maint) is answered for a few agent checks only.
-    assert wait_for(lambda: agent.read_text() == "ready up\n", 2.5)
+    assert wait_until(lambda: agent.read_text() == "ready up\n", timeout=2.5, interval=0.05)
     out, _ = release.communicate(timeout=60)
     assert release.returncode == 0 and "held -> in: released by an operator" in out
     assert agent.read_text() == "up\n"

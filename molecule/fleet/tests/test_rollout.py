@@ -20,6 +20,7 @@ import testinfra
 from conftest import PROJECT, read_lock
 
 sys.path.insert(0, str(PROJECT / "tests"))
+from gateway_harness import wait_until
 from gateway_load import LoadClient, failed, stream_completion, truncated, ttft_ms
 
 from onecat.gateway.runtime import parse_stat
@@ -279,13 +280,9 @@ def watch_verdict(name: str) -> dict:
     return json.loads(node(name).check_output("cat /run/onecat/verdict.json"))
 
 
-def wait_for(what, timeout: float, step: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(step)
+def wait_for(what, timeout: float):
+    """`what()` once it is true (or its last value), asked once a second (each is a docker exec)."""
+    return wait_until(what, timeout=timeout, interval=1.0)
 
 
 def onecat_status() -> str:
