@@ -1,0 +1,101 @@
+"""library/gateway_node.py through Ansible (`ansible localhost -c local -m gateway_node`).
+
+Writes node.json and the agent's answer, changes nothing the second time, writes nothing in
+check mode, holds a node out with its reason, and repairs a file edited by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the module writes root-owned files")
+
+
+def run(args: dict[str, Any], *, check: bool = False) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "ANSIBLE_LIBRARY": str(REPO / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    command = [
+        str(BIN / "ansible"),
+        "localhost",
+        "-c",
+        "local",
+        "-i",
+        "localhost,",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-m",
+        "gateway_node",
+        "-a",
+        json.dumps(args),
+    ]
+    if check:
+        command.append("--check")
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, check=False, cwd=REPO, timeout=120
+    )
+    return json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_records_the_node_once_and_holds_it_out_with_its_reason(tmp_path: Path) -> None:
+    unit = tmp_path / "vllm.service"
+    unit.write_text("ExecStart=/usr/bin/docker run img --max-num-seqs=32\n")
+    folder = tmp_path / "gateway"
+    base = {
+        "state_dir": str(folder),
+        "address": "10.0.0.5",
+        "port": 8000,
+        "agent_port": 8003,
+        "unit_file": str(unit),
+    }
+
+    dry = run(base, check=True)
+    assert dry["changed"] is True and not folder.exists()
+    assert dry["state"]["max_num_seqs"] == "32"
+
+    first = run(base)
+    assert first["changed"] is True, first
+    assert json.loads((folder / "node.json").read_text()) == first["state"]
+    assert (folder / "agent-state").read_text() == "up\n"
+    assert oct((folder / "node.json").stat().st_mode & 0o777) == "0o644"
+    assert oct(folder.stat().st_mode & 0o777) == "0o755"
+
+    again = run(base)
+    assert again["changed"] is False, again
+
+    held = run({**base, "in_rotation": False, "serving": False, "reason": "gate failed: no answer"})
+    assert held["changed"] is True
+    assert (folder / "agent-state").read_text() == "maint down #gate failed: no answer\n"
+    state = json.loads((folder / "node.json").read_text())
+    assert state["in_rotation"] is False and state["reason"] == "gate failed: no answer"
+
+    # An answer edited by hand (or a mode changed) is put back.
+    (folder / "agent-state").write_text("up\n")
+    (folder / "node.json").chmod(0o600)
+    repaired = run(base)
+    assert repaired["changed"] is True
+    assert (folder / "agent-state").read_text() == "up\n"
+    assert oct((folder / "node.json").stat().st_mode & 0o777) == "0o644"
+    assert json.loads((folder / "node.json").read_text())["in_rotation"] is True
+
+
+def test_an_empty_address_is_refused_with_the_fix(tmp_path: Path) -> None:
+    result = run({"state_dir": str(tmp_path / "g"), "address": " ", "port": 8000})
+    assert result.get("failed") is True
+    assert "onecat_gateway_address" in result["msg"]
+    assert not (tmp_path / "g").exists()
