@@ -8,48 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from adhoc_module import run_module
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the module writes root-owned files")
 
 
 def run(args: dict[str, Any], *, check: bool = False) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "ANSIBLE_LIBRARY": str(REPO / "library"),
-        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
-        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    command = [
-        str(BIN / "ansible"),
-        "localhost",
-        "-c",
-        "local",
-        "-i",
-        "localhost,",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-m",
-        "gateway_node",
-        "-a",
-        json.dumps(args),
-    ]
-    if check:
-        command.append("--check")
-    done = subprocess.run(
-        command, env=env, capture_output=True, text=True, check=False, cwd=REPO, timeout=120
-    )
-    return json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_module("gateway_node", args, check=check)
 
 
 def test_records_the_node_once_and_holds_it_out_with_its_reason(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ units are not used here (no systemd in the test machine's container).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,29 +15,14 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from adhoc_module import BIN, REPO, run_module
 
 pytestmark = pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="needs dpkg-query")
 
 
 def run(args: dict[str, Any], *, check: bool = False) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "ANSIBLE_LIBRARY": str(REPO / "library"),
-        "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"),
-        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    command = [str(BIN / "ansible"), "localhost", "-c", "local", "-i", "localhost,",
-               "-e", f"ansible_python_interpreter={sys.executable}", "-m", "stage_stamp",
-               "-a", json.dumps(args)]
-    if check:
-        command.append("--check")
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False,
-                          cwd=REPO, timeout=120)
-    return json.loads(done.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return run_module("stage_stamp", args, check=check)
 
 
 def test_record_check_drift_and_removal(tmp_path: Path) -> None:
