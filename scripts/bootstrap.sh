@@ -57,3 +57,7 @@ fi
 
 log "building (or reusing) the Debian 12 systemd node image"
 bash tools/node-image/build.sh >/dev/null
+# The stand-in for the engine's CUDA base: every scenario's prepare asks for it, and scenarios
+# that start side by side would otherwise each debootstrap it.
+log "building (or reusing) the stand-in for the engine's base image"
+bash tools/engine-base-image/build.sh >/dev/null

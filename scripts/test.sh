@@ -1,17 +1,53 @@
 #!/usr/bin/env bash
 # Every check CI runs: lint, syntax, unit tests and the molecule scenarios
-# (real Debian 12 systemd nodes in Docker). Ends with pytest's summary line.
+# (real Debian 12 systemd nodes in Docker). Everything it prints also goes, time-stamped, to a
+# log (ONECAT_CI_LOG, default results/ci/test-<time>.log); it ends with the table of where the
+# time went (benchmarks/ci_profile.py) and then pytest's summary line again.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo}"
-bash scripts/bootstrap.sh
-export PATH="${repo}/.venv/bin:${PATH}"
+log="${ONECAT_CI_LOG:-${repo}/results/ci/test-$(date -u +%Y%m%dT%H%M%SZ).log}"
+mkdir -p "$(dirname "${log}")"
 
-echo "== ruff"
-ruff check .
-echo "== ansible-lint (production profile)"
-ansible-lint
-echo "== ansible-playbook --syntax-check"
-ansible-playbook --syntax-check -i inventory/v100-hosts.yml site.yml
-echo "== pytest (unit, integration, molecule)"
-exec pytest "$@"
+checks() {
+  bash scripts/bootstrap.sh
+  export PATH="${repo}/.venv/bin:${PATH}"
+  echo "== ruff"
+  ruff check .
+  echo "== ansible-lint (production profile)"
+  ansible-lint
+  echo "== ansible-playbook --syntax-check"
+  ansible-playbook --syntax-check -i inventory/v100-hosts.yml site.yml
+  echo "== pytest (unit, integration, molecule)"
+  pytest "$@"
+}
+
+# Each line passes through unchanged and lands in the log with the time it arrived. A machine
+# without python3 yet (bootstrap installs it) gets the same from bash, a second at a time.
+stamp() {
+  if command -v python3 >/dev/null 2>&1; then
+    python3 -u benchmarks/ci_profile.py --tee "${log}"
+  else
+    : >"${log}"
+    while IFS= read -r line || [ -n "${line}" ]; do
+      printf '%s\n' "${line}"
+      printf '%(%s)T.0 %s\n' -1 "${line}" >>"${log}"
+    done
+  fi
+}
+
+set +e
+(set -euo pipefail; checks "$@") 2>&1 | stamp
+rc=${PIPESTATUS[0]}
+set -e
+
+echo
+echo "== where the time went (python3 benchmarks/ci_profile.py ${log})"
+python3 benchmarks/ci_profile.py "${log}" || echo "(no profile: see ${log})"
+# CI reads the runner's closing line: pytest's summary goes last again.
+summary="$(sed -E 's/^[0-9]+\.[0-9]+ //' "${log}" \
+  | grep -E '^=+ .*(passed|failed|error|no tests ran).* in [0-9.]+s' | tail -n 1 || true)"
+if [ -n "${summary}" ]; then
+  echo "${summary}"
+fi
+exit "${rc}"

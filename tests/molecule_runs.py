@@ -1,0 +1,116 @@
+"""Run molecule scenarios side by side, each with its whole log kept and printed in one piece.
+
+A scenario spends much of its time waiting: on a node's systemd, a gate, a burn-in's load, a
+watch timer, and on one Ansible controller process that uses about one of the machine's
+cores. Two scenarios started together finish well before the two one after the other. Their
+logs are not interleaved: each line is kept with the seconds since its scenario started
+(`[fleet +612.3s] INFO ...`), and a scenario's test prints its log when it runs: what came
+so far at once, then live until the scenario ends. `benchmarks/ci_profile.py` reads the
+offsets back into times.
+
+ONECAT_MOLECULE_PARALLEL=0 starts each scenario only when its test runs, one after the other.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
+
+
+def parallel_wanted() -> bool:
+    return os.environ.get("ONECAT_MOLECULE_PARALLEL", "1") != "0"
+
+
+def docker_problem() -> str | None:
+    """Why molecule cannot run here, or None."""
+    if not shutil.which("docker"):
+        return "docker CLI missing: run scripts/bootstrap.sh"
+    docker = subprocess.run(["docker", "info"], capture_output=True, check=False)
+    if docker.returncode != 0:
+        return "Docker daemon not reachable: run scripts/bootstrap.sh"
+    return None
+
+
+@dataclass
+class Run:
+    """One `molecule test -s NAME` in the background, its lines kept as they come."""
+
+    name: str
+    started: float = 0.0
+    lines: list[str] = field(default_factory=list)
+    returncode: int | None = None
+    _proc: subprocess.Popen[str] | None = None
+    _done: threading.Event = field(default_factory=threading.Event)
+    _more: threading.Condition = field(default_factory=threading.Condition)
+
+    def start(self) -> Run:
+        bindir = str(Path(sys.executable).parent)
+        env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+               "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
+        self.started = time.time()
+        self._proc = subprocess.Popen(
+            [f"{bindir}/molecule", "test", "-s", self.name], cwd=REPO, env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", bufsize=1)
+        threading.Thread(target=self._read, name=f"molecule-{self.name}", daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            offset = time.time() - self.started
+            with self._more:
+                self.lines.append(f"[{self.name} +{offset:.1f}s] {line.rstrip()}")
+                self._more.notify_all()
+        self.returncode = self._proc.wait()
+        with self._more:
+            self._done.set()
+            self._more.notify_all()
+
+    def header(self) -> str:
+        return f"===== molecule test -s {self.name} (started at {self.started:.1f})"
+
+    def follow(self, out: TextIO) -> int:
+        """Print the log so far, then live until the scenario ends; its exit code."""
+        print(f"\n{self.header()}", file=out, flush=True)
+        shown = 0
+        while True:
+            with self._more:
+                while shown == len(self.lines) and not self._done.is_set():
+                    self._more.wait(timeout=30)
+                batch = self.lines[shown:]
+                shown += len(batch)
+                done = self._done.is_set() and shown == len(self.lines)
+            for line in batch:
+                print(line, file=out)
+            out.flush()
+            if done:
+                assert self.returncode is not None
+                return self.returncode
+
+
+_runs: dict[str, Run] = {}
+
+
+def start_all(names: list[str]) -> None:
+    """Start every named scenario now (the session's first step, when they run side by side)."""
+    for name in names:
+        if name not in _runs:
+            _runs[name] = Run(name).start()
+
+
+def run(name: str) -> Run:
+    """The scenario's run: the one started with the session, or one started now."""
+    if name not in _runs:
+        _runs[name] = Run(name).start()
+    return _runs[name]
