@@ -17,6 +17,7 @@ the excess instead and hands each queued request to the first node with a free s
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,11 @@ from typing import Any
 # vLLM's default --max-num-seqs, for an engine whose unit does not say.
 DEFAULT_MAX_NUM_SEQS = 256
 SERVER_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
+# RFC 1123 host names (plus "_", which inventories and /etc/hosts use and libc resolves): what
+# may follow `server NAME` in haproxy.cfg besides an IP literal. node.json comes from the node:
+# anything else (a newline, a space) could add lines to the gateway's configuration.
+HOST_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+HOST_NAME = re.compile(rf"(?=.{{1,253}}$){HOST_LABEL}(?:\.{HOST_LABEL})*\.?")
 
 
 class NoBackendError(ValueError):
@@ -73,6 +79,24 @@ def maxconn(state: Mapping[str, Any], override: int = 0, factor: float = 1.0) ->
     return max(1, int(seqs * factor))
 
 
+def address_problem(address: str) -> str | None:
+    """Why `address` cannot go into a server line (None: an IP literal or a host name)."""
+    try:
+        ipaddress.ip_address(address)
+        return None
+    except ValueError:
+        pass
+    if HOST_NAME.fullmatch(address):
+        return None
+    return (f"its recorded address {address[:80]!r} is neither an IP address nor a host name "
+            "(node.json on the node; set onecat_gateway_address for it)")
+
+
+def printable(text: str) -> str:
+    """One line of printable characters: node-supplied text that goes into the gateway's files."""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+
+
 def _port(value: Any) -> int:
     try:
         port = int(value or 0)
@@ -92,13 +116,17 @@ def select(nodes: Mapping[str, Mapping[str, Any] | None], maxconn_override: int 
                                         "serve gate")
             continue
         if not state.get("serving"):
-            selection.excluded[host] = ("not serving: " + str(state.get("reason") or
-                                                             "its server failed the gate"))
+            selection.excluded[host] = ("not serving: " + printable(str(
+                state.get("reason") or "its server failed the gate")))
             continue
         address = str(state.get("address") or "").strip()
         if not address:
             selection.excluded[host] = ("no address known for the node: set "
                                         "onecat_gateway_address for it")
+            continue
+        problem = address_problem(address)
+        if problem:
+            selection.excluded[host] = problem
             continue
         port = _port(state.get("port"))
         if not port:
@@ -108,8 +136,8 @@ def select(nodes: Mapping[str, Mapping[str, Any] | None], maxconn_override: int 
         selection.servers.append(Server(
             name=server_name(host), address=address, port=port,
             maxconn=maxconn(state, maxconn_override, maxconn_factor), enabled=in_rotation,
-            reason="" if in_rotation else " ".join(str(state.get("reason") or
-                                                       "held out of rotation").split()),
+            reason="" if in_rotation else printable(str(state.get("reason") or
+                                                        "held out of rotation")),
             agent_port=_port(state.get("agent_port")),
         ))
     return selection

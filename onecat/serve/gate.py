@@ -7,6 +7,7 @@ as one token repeated ("!!!!!!!!"), the symptom the smoke completion looks for.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -60,9 +61,21 @@ def judge_smoke(text: str) -> tuple[bool, str]:
     return True, f"the smoke completion answered {text.strip()[:60]!r}"
 
 
+class Malformed(str):
+    """Status 0's answer when something answered, but not with well-formed HTTP: what was wrong."""
+
+
+def malformed(error: http.client.HTTPException) -> Malformed:
+    """One printable line for a malformed answer (a bad chunk, an over-long line, not HTTP)."""
+    detail = "".join(ch if ch.isprintable() else "?" for ch in str(error))[:80]
+    return Malformed(f"{type(error).__name__}: {detail}" if detail else type(error).__name__)
+
+
 def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float
              ) -> tuple[int, Any]:
-    """(HTTP status, parsed JSON or None); status 0 when nothing answered."""
+    """(HTTP status, parsed JSON or None); status 0 when nothing answered, with a Malformed
+    answer when what answered was not well-formed HTTP (http.client raises HTTPException,
+    which is no OSError)."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
     request.add_header("Content-Type", "application/json")
@@ -74,6 +87,8 @@ def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float
             status = response.status
     except urllib.error.HTTPError as error:
         return error.code, None
+    except http.client.HTTPException as error:
+        return 0, malformed(error)
     except (OSError, ValueError):
         return 0, None
     try:
@@ -107,7 +122,9 @@ def wait_ready(base_url: str, served_name: str, timeout_s: float, api_key: str =
     deadline = clock() + timeout_s
     last = "nothing answered yet"
     while True:
-        status, _ = _request(f"{base_url}/health", api_key, None, 10)
+        status, health = _request(f"{base_url}/health", api_key, None, 10)
+        if isinstance(health, Malformed):
+            last = f"/health gave a malformed HTTP answer ({health})"
         if status == 200:
             status, models = _request(f"{base_url}/v1/models", api_key, None, 10)
             names = served_names(models)
@@ -136,6 +153,8 @@ def smoke(base_url: str, served_name: str, prompt: str, max_tokens: int, api_key
     body = {"model": served_name, "prompt": prompt, "max_tokens": max_tokens,
             "temperature": 0}
     status, answer = _request(f"{base_url}/v1/completions", api_key, body, timeout_s)
+    if isinstance(answer, Malformed):
+        return False, f"the smoke completion failed: a malformed HTTP answer ({answer})", ""
     if status != 200 or not isinstance(answer, dict):
         return False, f"the smoke completion failed: HTTP {status or 'no answer'}", ""
     try:

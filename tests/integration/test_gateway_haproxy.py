@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import time
 import urllib.error
@@ -300,3 +301,30 @@ def test_bench_through_the_gateway_and_the_report_shows_each_nodes_share(
     assert onecat(["report", str(run), "--no-plots"]) == 0
     report = (run / "report.md").read_text()
     assert "Requests per node through the gateway" in report and "| node-b |" in report
+
+
+def test_hostile_node_states_render_a_config_haproxy_accepts_with_no_line_added(
+        tmp_path: Path) -> None:
+    """What a node writes into node.json cannot add a server or a frontend to the gateway
+    (checked with the real `haproxy -c`), and a NUL in a reason cannot block it."""
+    good = {"serving": True, "in_rotation": True, "address": "127.0.0.1", "port": 8000,
+            "max_num_seqs": 8}
+    selection = backends.select({
+        "node-a": good,
+        "node-b": {**good, "address": "127.0.0.2\n    server evil 203.0.113.9:80\n"
+                                      "frontend stolen\n    bind 127.0.0.1:9"},
+        "node-c": {**good, "in_rotation": False, "reason": "held\x00 out\n    server x 1.2.3.4:1"},
+    })
+    variables = {**base_vars(tmp_path),
+                 "gateway_servers": [s.as_dict() for s in selection.servers]}
+    candidate = tmp_path / "candidate.cfg"
+    candidate.write_text(render(variables))
+    text = candidate.read_text()
+    checked = subprocess.run(["haproxy", "-c", "-f", str(candidate)], capture_output=True,
+                             text=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    servers_lines = [line.split()[1] for line in text.splitlines()
+                     if line.strip().startswith("server ")]
+    assert servers_lines == ["node-a", "node-c"], text
+    assert "evil" not in text and "stolen" not in text and "\x00" not in text
+    assert "neither an IP address nor a host name" in selection.excluded["node-b"]

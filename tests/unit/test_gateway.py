@@ -161,3 +161,25 @@ def test_share_is_the_difference_of_each_servers_session_count() -> None:
     assert document["total"] == 20
     assert document["servers"]["gpu-01"] == {"requests": 15, "share": 0.75, "status": "UP"}
     assert document["servers"]["gpu-02"]["requests"] == 5
+
+
+def test_a_node_cannot_add_lines_to_the_gateway_config_through_node_json() -> None:
+    """node.json is the node's word: an address with a newline would add a `server` or a
+    `frontend` to haproxy.cfg; a NUL in a reason would make `haproxy -c` fail for good."""
+    injected = "10.0.0.12\n    server evil 203.0.113.9:80\nfrontend stolen\n    bind :9999"
+    selection = backends.select({
+        "gpu-01": SERVING,
+        "gpu-02": {**SERVING, "address": injected},
+        "gpu-03": {**SERVING, "address": "gpu 03"},
+        "gpu-04": {**SERVING, "in_rotation": False, "reason": "gate\x00 failed\x1b[31m"},
+        "gpu-05": {**SERVING, "serving": False, "reason": "rolled\rback\x00"},
+        "gpu-06": {**SERVING, "address": "gpu_node-06.example.com"},
+        "gpu-07": {**SERVING, "address": "2001:db8::7"},
+    })
+    assert [s.name for s in selection.servers] == ["gpu-01", "gpu-04", "gpu-06", "gpu-07"]
+    for host in ("gpu-02", "gpu-03"):
+        assert "neither an IP address nor a host name" in selection.excluded[host]
+        assert "onecat_gateway_address" in selection.excluded[host]
+    assert "\n" not in selection.excluded["gpu-02"]
+    assert selection.servers[1].reason == "gate failed [31m"
+    assert selection.excluded["gpu-05"] == "not serving: rolled back"
