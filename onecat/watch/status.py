@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import calendar
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -20,12 +21,38 @@ COLUMNS = ("node", "verdict", "watch", "serving", "gateway", "last look", "probe
            "ECC c/u", "max °C", "findings")
 
 
-def _age(stamp: str | None, now: float) -> str:
+# The node files come from the nodes: any JSON shape, any characters. A reader of them is a
+# controller-side parser of untrusted input (docs/hostile-input.md): no shape may raise, and no
+# escape sequence may reach the operator's terminal.
+def _clean(value: Any) -> str:
+    """One line of printable characters (ESC, OSC and the other controls become spaces)."""
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in str(value)).split())
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _records(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _seconds(value: Any) -> float:
+    try:
+        seconds = float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+    return seconds if math.isfinite(seconds) else 0.0
+
+
+def _age(stamp: Any, now: float) -> str:
     if not stamp:
         return "-"
+    if not isinstance(stamp, str):
+        return _clean(stamp)
     try:
         seconds = now - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
+    except (ValueError, OverflowError):
         return stamp
     if seconds < 120:
         return f"{max(seconds, 0):.0f} s ago"
@@ -43,25 +70,25 @@ def _ecc(counts: Any) -> str:
     return f"{_text(counts.get('corrected'))}/{_text(counts.get('uncorrected'))}"
 
 
-def row(host: str, verdict: dict[str, Any] | None, node: dict[str, Any] | None,
-        now: float) -> dict[str, str]:
-    """One node's row; a node without a verdict file says why."""
-    node = node or {}
+def row(host: str, verdict: Any, node: Any, now: float) -> dict[str, str]:
+    """One node's row; a node without a verdict file (or with one of the wrong shape) says why."""
+    node = _mapping(node)
     serving = "-" if "serving" not in node else ("yes" if node["serving"] else "no")
     gateway = "-" if "in_rotation" not in node else (
         "in" if node["in_rotation"] else f"out: {node.get('reason') or '?'}")
-    if not verdict:
-        return {"node": host, "verdict": "unknown", "watch": "no verdict file (watch not "
-                "installed, or not looked yet)", "serving": serving, "gateway": gateway,
-                "last look": "-", "probe": "-", "ECC c/u": "-", "max °C": "-",
-                "findings": "-"}
-    probes = verdict.get("probe") or []
+    if not isinstance(verdict, dict) or not verdict:
+        why = ("no verdict file (watch not installed, or not looked yet)" if not verdict
+               else "its verdict file is not a JSON object")
+        return {"node": host, "verdict": "unknown", "watch": why, "serving": serving,
+                "gateway": gateway, "last look": "-", "probe": "-", "ECC c/u": "-",
+                "max °C": "-", "findings": "-"}
+    probes = _records(verdict.get("probe"))
     probe = "-" if not probes else (
         "ok" if all(p.get("ok") for p in probes)
         else "FAILED " + next(str(p.get("reason")) for p in probes if not p.get("ok")))
     if probes:
-        probe += f" ({sum(float(p.get('seconds') or 0) for p in probes):.1f} s)"
-    findings = verdict.get("findings") or []
+        probe += f" ({sum(_seconds(p.get('seconds')) for p in probes):.1f} s)"
+    findings = _records(verdict.get("findings"))
     mode = verdict.get("mode")
     if gateway == "in" and mode not in (None, "in"):
         # The deploy keeps it in; the node's watch took it out (the agent answers for both).
@@ -76,7 +103,7 @@ def row(host: str, verdict: dict[str, Any] | None, node: dict[str, Any] | None,
 
 def render(rows: list[dict[str, str]], width: int = 60) -> str:
     """A plain-text table; long cells are cut to `width` characters."""
-    cells = [[(r.get(c) or "-")[:width] for c in COLUMNS] for r in rows]
+    cells = [[_clean(r.get(c) or "-")[:width] for c in COLUMNS] for r in rows]
     widths = [max([len(c), *(len(line[i]) for line in cells)]) for i, c in enumerate(COLUMNS)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
@@ -87,7 +114,7 @@ def render(rows: list[dict[str, str]], width: int = 60) -> str:
 def rows_from_document(document: dict[str, Any], now: float | None = None) -> list[dict[str, str]]:
     """status.json ({host: {"verdict": ..., "node": ...}}) as rows, by host name."""
     now = time.time() if now is None else now
-    return [row(host, (entry or {}).get("verdict"), (entry or {}).get("node"), now)
+    return [row(_clean(host), _mapping(entry).get("verdict"), _mapping(entry).get("node"), now)
             for host, entry in sorted(document.items())]
 
 
@@ -100,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         document = json.loads(args.status_json.read_text())
     except (OSError, ValueError) as error:
         print(f"onecat status: cannot read {args.status_json}: {error}", file=sys.stderr)
+        return 2
+    if not isinstance(document, dict):
+        print(f"onecat status: {args.status_json} is not a JSON object of nodes",
+              file=sys.stderr)
         return 2
     print(render(rows_from_document(document)))
     return 0

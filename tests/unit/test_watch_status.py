@@ -51,3 +51,45 @@ def test_the_table_lines_up_and_cuts_long_cells() -> None:
     assert len({line.index("verdict") for line in table[:1]}) == 1
     assert max(len(line) for line in table) < 40 * 3 + 80
     assert table[1].split()[1] == "healthy" and table[2].split()[1] == "unknown"
+
+
+GOOD = {"verdict": "healthy", "mode": "in", "at": "2026-12-03T16:59:30Z", "findings": [],
+        "probe": [{"ok": True, "seconds": 0.25}]}
+HOSTILE_NODE_FILES = [
+    ["healthy"],                                   # the verdict as a list
+    "healthy",                                     # ... as a string
+    {**GOOD, "probe": "ok"},                       # probe as a string
+    {**GOOD, "probe": ["ok", 5]},                  # probe entries that are not objects
+    {**GOOD, "probe": [{"ok": True, "seconds": "fast"}]},
+    {**GOOD, "probe": [{"ok": True, "seconds": 1e400}]},
+    {**GOOD, "findings": 5},
+    {**GOOD, "findings": ["disk", None]},
+    {**GOOD, "at": 5},
+    {**GOOD, "at": "9999999-01-01T00:00:00Z"},
+    {**GOOD, "ecc_since_driver_load": [1, 2]},
+    {**GOOD, "mode": ["in"], "temperature_max_c": {"a": 1}},
+]
+
+
+def test_node_files_of_any_shape_give_a_row_and_no_terminal_escapes() -> None:
+    """status.json is read from the nodes: any shape gives a row, and ESC/OSC sequences in
+    a finding cannot reach the operator's terminal."""
+    for verdict in HOSTILE_NODE_FILES:
+        cells = row("fleet-a", verdict, {"serving": True, "in_rotation": True}, NOW)
+        assert cells["node"] == "fleet-a", verdict
+    escape = {**GOOD, "findings": [{"message": "\x1b]0;pwned\x07 GPU 1\x1b[2J hot\r\nx"}]}
+    document = {"fleet-a": {"verdict": escape, "node": ["not", "a", "dict"]},
+                "fleet-\x1bb": "garbage", "fleet-c": {"verdict": "healthy", "node": 7}}
+    table = render(rows_from_document(document, NOW))
+    assert all(ch.isprintable() for line in table.splitlines() for ch in line), table
+    assert "GPU 1 [2J hot x" in table and "its verdict file is not a JSON object" in table
+
+
+def test_a_status_document_that_is_not_an_object_is_one_line_and_exit_2(tmp_path, capsys):
+    from onecat.watch.status import main
+
+    path = tmp_path / "status.json"
+    path.write_text("[1, 2]")
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a JSON object of nodes" in err
