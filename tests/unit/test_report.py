@@ -181,3 +181,26 @@ def test_the_burn_in_section_and_its_plot(run_dir):
     assert sorted(document["burnin"]) == ["node1", "node2"]
     assert "series" not in document["burnin"]["node1"]
     assert any("node3/burnin.json" in w for w in document["warnings"])
+
+
+def test_burnin_files_of_the_wrong_shape_never_break_the_report(run_dir):
+    """burnin.json is written on the node: on the controller it is untrusted input."""
+    good = _burnin("healthy", [60, 71], [0, 0])
+    shapes = {
+        "n1": {**good, "series": [5, "x", {"t": "soon", "gpus": "many"}]},
+        "n2": {**good, "series": []},
+        "n3": {**good, "load": [1], "answers": "all same", "findings": 7},
+        "n4": {**good, "findings": [{"message": "GPU 0 | hot\n\x1b[31mred"}, "x"]},
+        "n5": {**good, "series": [{"t": 0, "gpus": [{"index": [0], "temperature_c": "hot",
+                                                     "ecc_uncorrected": None}]}]},
+        "n6": {**good, "seconds": "long", "verdict": ["healthy"]},
+        "n7": [good],
+    }
+    for host, data in shapes.items():
+        (run_dir / host).mkdir(exist_ok=True)
+        (run_dir / host / "burnin.json").write_text(json.dumps(data))
+    document = make_report(run_dir, run_dir)
+    md = (run_dir / "report.md").read_text()
+    assert sorted(document["burnin"]) == ["n1", "n2", "n3", "n4", "n5", "n6"]
+    assert "GPU 0 / hot [31mred" in md and "\x1b" not in md
+    assert any("n7/burnin.json" in w for w in document["warnings"])
