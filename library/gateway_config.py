@@ -79,15 +79,13 @@ rate_limits:
   type: dict
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.onecat.gateway.backends import NoBackendError, require_backend, select
 from ansible.module_utils.onecat.gateway.keys import (
     KeyFileError,
-    check_mode_bits,
-    parse_keys,
     rate_limits,
+    read_key_file,
     render_key_map,
 )
 
@@ -114,13 +112,11 @@ def main() -> None:
     if p["keys_file"]:
         path = p["keys_file"]
         try:
-            check_mode_bits(os.stat(path).st_mode, path)
-            with open(path, encoding="utf-8") as handle:
-                client_keys = parse_keys(handle.read(), path)
+            client_keys = read_key_file(path)
         except OSError as error:
             module.fail_json(msg=f"{p['gateway']}: cannot read the client key file {path}: "
                                  f"{error.strerror}; the gateway keeps its current configuration")
-        except (KeyFileError, UnicodeDecodeError) as error:
+        except KeyFileError as error:
             module.fail_json(msg=f"{p['gateway']}: the client key file is refused: {error}; "
                                  "the gateway keeps its current configuration")
         key_map = render_key_map(client_keys)

@@ -14,6 +14,7 @@ A malformed file is refused as a whole, with every problem and its line number.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import stat
 from dataclasses import dataclass
@@ -22,6 +23,12 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # RFC 6750 b64token characters; at least 16 of them (a short key is guessable).
 TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
 MIN_KEY_LENGTH = 16
+# Requests per minute: ASCII digits only (str.isdigit() takes '²', which int() refuses), and
+# at most HAProxy's 32-bit counters can hold.
+RATE = re.compile(r"^[0-9]{1,10}$")
+MAX_RATE_PER_MINUTE = 2**31 - 1
+# A key file of a thousand keys is about 70 KiB.
+MAX_KEY_FILE_BYTES = 1024 * 1024
 
 
 class KeyFileError(ValueError):
@@ -64,9 +71,10 @@ def parse_keys(text: str, source: str = "the key file") -> list[ClientKey]:
                             "bearer-token characters (letters, digits, . _ ~ + / -)")
         rate = 0
         if len(fields) == 3:
-            if not fields[2].isdigit() or int(fields[2]) == 0:
+            if not RATE.match(fields[2]) or not 0 < int(fields[2]) <= MAX_RATE_PER_MINUTE:
                 problems.append(f"{where}: the rate of {name!r} must be a whole number of "
-                                f"requests per minute above 0, not {fields[2]!r}")
+                                f"requests per minute from 1 to {MAX_RATE_PER_MINUTE}, "
+                                f"not {fields[2][:20]!r}")
             else:
                 rate = int(fields[2])
         if name in names:
@@ -91,6 +99,26 @@ def check_mode_bits(mode: int, source: str = "the key file") -> None:
     if stat.S_IMODE(mode) & 0o077:
         raise KeyFileError(f"{source} is readable or writable by others "
                            f"(mode {stat.S_IMODE(mode):04o}): chmod 600 it")
+
+
+def read_key_file(path: str) -> list[ClientKey]:
+    """The keys of an owner-only regular file (not a FIFO or a device: those would hang or
+    never end); OSError when it cannot be opened, KeyFileError for anything else."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise KeyFileError(f"{path} is not a regular file: give the path of the key file")
+        check_mode_bits(info.st_mode, path)
+        data = handle.read(MAX_KEY_FILE_BYTES + 1)
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise KeyFileError(f"{path} is over {MAX_KEY_FILE_BYTES} bytes: not a key file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise KeyFileError(f"{path} is not UTF-8 text ({error.reason} at byte "
+                           f"{error.start})") from None
+    return parse_keys(text, path)
 
 
 def render_key_map(keys: list[ClientKey]) -> str:

@@ -183,3 +183,32 @@ def test_a_node_cannot_add_lines_to_the_gateway_config_through_node_json() -> No
     assert "\n" not in selection.excluded["gpu-02"]
     assert selection.servers[1].reason == "gate failed [31m"
     assert selection.excluded["gpu-05"] == "not serving: rolled back"
+
+
+@pytest.mark.parametrize("rate", ["²", "١٢", "0", "-5", "1e3", "100000000000000000000000"])
+def test_a_rate_that_is_not_ascii_digits_in_range_is_refused_by_line(rate: str) -> None:
+    with pytest.raises(keys.KeyFileError, match=r"keys.txt line 1: the rate of 'alice' must "):
+        keys.parse_keys(f"alice sk-0123456789abcdef0 {rate}\n", "keys.txt")
+
+
+def test_the_key_file_must_be_an_owner_only_regular_file(tmp_path) -> None:
+    import os
+
+    good = tmp_path / "keys"
+    good.write_text("alice sk-0123456789abcdef0 60\n")
+    good.chmod(0o600)
+    assert [k.name for k in keys.read_key_file(str(good))] == ["alice"]
+    good.chmod(0o640)
+    with pytest.raises(keys.KeyFileError, match="chmod 600"):
+        keys.read_key_file(str(good))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)  # opening and reading a FIFO would wait for a writer for ever
+    with pytest.raises(keys.KeyFileError, match="is not a regular file"):
+        keys.read_key_file(str(fifo))
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"alice \xff\xfe\n")
+    binary.chmod(0o600)
+    with pytest.raises(keys.KeyFileError, match="is not UTF-8 text"):
+        keys.read_key_file(str(binary))
+    with pytest.raises(OSError):
+        keys.read_key_file(str(tmp_path / "missing"))
