@@ -45,8 +45,10 @@ RUN_HEADER = re.compile(
 RUN_LINE = re.compile(r"^\[(?P<scenario>[\w-]+) \+(?P<offset>\d+\.\d+)s\] ?(?P<line>.*)$")
 # pytest's progress line for one test file of the outer run.
 PYTEST_FILE = re.compile(r"^(?P<path>tests/(?P<dir>[\w-]+)/\S+\.py) [.sFEx]*\s*(\[\s*\d+%\])?$")
-# testinfra's verbose line for one test of a scenario's verify.
-VERIFY_TEST = re.compile(r"^(?P<test>\S+\.py::\S+) (?P<outcome>PASSED|FAILED|SKIPPED|ERROR)")
+# testinfra's verbose line for one test of a scenario's verify: the test's id, then (at its
+# end, on the same line, or on a later one when the scenario prints: `s: true`) its outcome.
+VERIFY_TEST = re.compile(r"^(?P<test>\S+\.py::\S+)")
+OUTCOME = re.compile(r"(^|\s)(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)(\s+\[\s*\d+%\])?\s*$")
 # pytest --durations: "12.34s call     tests/unit/test_x.py::test_y".
 DURATION = re.compile(r"^(?P<seconds>\d+\.\d+)s (?P<when>call|setup|teardown)\s+(?P<test>\S+)")
 # profile_tasks' summary: "role : Task name --------- 12.34s".
@@ -88,6 +90,7 @@ def parse(text: str) -> Profile:
     run_last: dict[str, float] = {}
     steps: dict[str, float] = {}  # "molecule <scenario> <step>" -> when it began
     verify_mark: dict[str, float] = {}  # scenario -> when its last verify test ended
+    pending: dict[str, str] = {}  # scenario -> the verify test that began and has no outcome yet
 
     def close_phase(now: float) -> None:
         if phase is not None:
@@ -137,9 +140,11 @@ def parse(text: str) -> Profile:
                 prof.add(f"pytest {match['dir']}", stamp - pytest_mark)
             pytest_mark = stamp
             continue
+        owner = scenario or next(iter(verify_mark), "?")
         if (match := VERIFY_TEST.match(text_line)) is not None:
-            owner = scenario or next(iter(verify_mark), "?")
-            prof.verify_tests.append((owner, match["test"],
+            pending[owner] = match["test"]
+        if OUTCOME.search(text_line) and owner in pending:
+            prof.verify_tests.append((owner, pending.pop(owner),
                                       stamp - verify_mark.get(owner, stamp)))
             verify_mark[owner] = stamp
     for scenario, started in run_started.items():

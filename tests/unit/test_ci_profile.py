@@ -30,7 +30,10 @@ LOG = "\n".join([
     f"{T0 + 900:.1f} [fleet +11.0s] INFO     [fleet > create] Executed: Successful",
     f"{T0 + 900:.1f} [fleet +11.0s] INFO     [fleet > verify] Executing",
     f"{T0 + 900:.1f} [fleet +411.0s] tests/test_rollout.py::test_first PASSED [ 50%]",
-    f"{T0 + 900:.1f} [fleet +611.0s] tests/test_rollout.py::test_second FAILED [100%]",
+    # With `s: true` the test prints between its id and its outcome.
+    f"{T0 + 900:.1f} [fleet +411.5s] tests/test_rollout.py::test_second ",
+    f"{T0 + 900:.1f} [fleet +500.0s] second rollout: 88 s",
+    f"{T0 + 900:.1f} [fleet +611.0s] FAILED [100%]",
     f"{T0 + 900:.1f} [fleet +612.0s] INFO     [fleet > verify] Executed: Failed",
     f"{T0 + 901:.1f} 12.50s call     tests/unit/test_b.py::test_slow",
     f"{T0 + 901:.1f} serve : Build the engine image -------------------------- 42.10s",
