@@ -198,11 +198,12 @@ def _check_ecc(gpu: dict[str, Any], t: Thresholds, out: _Problems) -> None:
     pending = (gpu.get("retired_pages") or {}).get("pending") or (
         gpu.get("remapped_rows") or {}).get("pending")
     if aggregate is not None and aggregate > t.max_aggregate_uncorrected_ecc:
+        lifetime = _count(aggregate, "uncorrectable ECC error")
         if uncorrected == 0 and not pending:
             # The seed's "historical" case: errors in the card's past, none since the driver
             # loaded, nothing waiting to be retired.
             out.add(WARNING, "ecc_aggregate_uncorrected", gpu,
-                    f"{where} has had {aggregate} uncorrectable ECC errors in its lifetime but "
+                    f"{where} has had {lifetime} in its lifetime but "
                     "none since the driver loaded and no page pending retirement: history, not "
                     "a current fault. Reset the counters where supported (`nvidia-smi -i "
                     f"{gpu['index']} -p 1`), burn it in under load (`onecat health --local` "
@@ -212,18 +213,19 @@ def _check_ecc(gpu: dict[str, Any], t: Thresholds, out: _Problems) -> None:
                    "the counter since the driver loaded is unreadable" if uncorrected is None
                    else "more arrived since the driver loaded")
             out.add(ERROR, "ecc_aggregate_uncorrected", gpu,
-                    f"{where} has had {aggregate} uncorrectable ECC errors in its lifetime and "
+                    f"{where} has had {lifetime} in its lifetime and "
                     f"{why}: its memory is failing and quantized inference turns to NaN or "
                     "garbage; take the card out of service")
     if uncorrected is not None and uncorrected > t.max_volatile_uncorrected_ecc:
         out.add(ERROR, "ecc_volatile_uncorrected", gpu,
-                f"{where} has {uncorrected} uncorrectable ECC errors since the driver loaded: "
-                "drain the node, reboot, and replace the card if they return")
+                f"{where} has {_count(uncorrected, 'uncorrectable ECC error')} since the driver "
+                "loaded: drain the node, reboot, and replace the card if they return")
     corrected = volatile.get("corrected")
     if corrected is not None and corrected > t.max_volatile_corrected_ecc:
         out.add(WARNING, "ecc_volatile_corrected", gpu,
-                f"{where} has {corrected} corrected ECC errors since the driver loaded (limit "
-                f"{t.max_volatile_corrected_ecc}): the memory is wearing; plan a replacement")
+                f"{where} has {_count(corrected, 'corrected ECC error')} since the driver loaded "
+                f"(limit {t.max_volatile_corrected_ecc}): the memory is wearing; plan a "
+                "replacement")
 
 
 def _check_memory_repair(gpu: dict[str, Any], t: Thresholds, out: _Problems) -> None:

@@ -372,3 +372,12 @@ def test_a_mistyped_compute_capability_is_refused_not_ignored():
     with pytest.raises(ValueError, match=r"'abc' is not a compute capability such as 7\.0"):
         Thresholds.from_mapping({"min_compute_capability": "abc"})
     assert Thresholds.from_mapping({"min_compute_capability": 7.5}).min_compute_capability == "7.5"
+
+
+def test_one_error_is_counted_in_the_singular() -> None:
+    facts = judge(node(v100(0), v100(1, ecc__volatile__uncorrected=1,
+                                     ecc__aggregate__uncorrected=1)))
+    messages = " ".join(p["message"] for p in facts["problems"])
+    assert "has had 1 uncorrectable ECC error in its lifetime" in messages
+    assert "has 1 uncorrectable ECC error since the driver loaded" in messages
+    assert "1 uncorrectable ECC errors" not in messages
