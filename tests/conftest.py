@@ -1,9 +1,8 @@
-"""Session-wide order of the test run: the molecule scenarios start first and report last.
+"""Session-wide order of the test run: every other test first, then the molecule scenarios.
 
-The scenarios (tests/molecule) take most of the run and mostly wait; the other tests keep the
-cores busy meanwhile. So the selected scenarios start in the background as soon as collection
-ends, side by side (tests/molecule_runs.py), every other test runs in the meantime, and the
-scenarios' own tests come last, each printing its scenario's log in one piece.
+The quick tests run alone (some race real HAProxy checks on loopback: CPU taken by two
+converging fleets made one of them flaky). Then the selected scenarios start together, side by
+side (tests/molecule_runs.py), and each scenario's test prints its scenario's log in one piece.
 """
 
 from __future__ import annotations
@@ -19,10 +18,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    config = session.config
-    if config.option.collectonly or not molecule_runs.parallel_wanted():
-        return
-    names = [item.callspec.params["scenario"] for item in session.items
-             if item.get_closest_marker("molecule") is not None and hasattr(item, "callspec")]
-    if names and molecule_runs.docker_problem() is None:
-        molecule_runs.start_all(names)
+    # The scenarios the first molecule test starts together (when they run side by side).
+    molecule_runs.selected[:] = [
+        item.callspec.params["scenario"] for item in session.items
+        if item.get_closest_marker("molecule") is not None and hasattr(item, "callspec")]

@@ -2,13 +2,14 @@
 
 A scenario spends much of its time waiting: on a node's systemd, a gate, a burn-in's load, a
 watch timer, and on one Ansible controller process that uses about one of the machine's
-cores. Two scenarios started together finish well before the two one after the other. Their
+cores. Two scenarios started together finish well before the two one after the other. They
+start when the first scenario's test runs (tests/conftest.py puts those tests last). Their
 logs are not interleaved: each line is kept with the seconds since its scenario started
 (`[fleet +612.3s] INFO ...`), and a scenario's test prints its log when it runs: what came
 so far at once, then live until the scenario ends. `benchmarks/ci_profile.py` reads the
 offsets back into times.
 
-ONECAT_MOLECULE_PARALLEL=0 starts each scenario only when its test runs, one after the other.
+ONECAT_MOLECULE_PARALLEL=0 starts each scenario only when its own test runs, one after the other.
 """
 
 from __future__ import annotations
@@ -100,17 +101,16 @@ class Run:
 
 
 _runs: dict[str, Run] = {}
-
-
-def start_all(names: list[str]) -> None:
-    """Start every named scenario now (the session's first step, when they run side by side)."""
-    for name in names:
-        if name not in _runs:
-            _runs[name] = Run(name).start()
+# The scenarios this session will run (tests/conftest.py fills it after collection).
+selected: list[str] = []
 
 
 def run(name: str) -> Run:
-    """The scenario's run: the one started with the session, or one started now."""
+    """The scenario's run. The first asked for starts every selected scenario with it, when
+    they run side by side; otherwise only itself."""
     if name not in _runs:
-        _runs[name] = Run(name).start()
+        together = selected if parallel_wanted() and name in selected else [name]
+        for other in together:
+            if other not in _runs:
+                _runs[other] = Run(other).start()
     return _runs[name]
