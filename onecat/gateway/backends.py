@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..text import one_line
+
 # vLLM's default --max-num-seqs, for an engine whose unit does not say.
 DEFAULT_MAX_NUM_SEQS = 256
 SERVER_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
@@ -92,11 +94,6 @@ def address_problem(address: str) -> str | None:
             "(node.json on the node; set onecat_gateway_address for it)")
 
 
-def printable(text: str) -> str:
-    """One line of printable characters: node-supplied text that goes into the gateway's files."""
-    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-
-
 def _port(value: Any) -> int:
     try:
         port = int(value or 0)
@@ -116,7 +113,7 @@ def select(nodes: Mapping[str, Mapping[str, Any] | None], maxconn_override: int 
                                         "serve gate")
             continue
         if not state.get("serving"):
-            selection.excluded[host] = ("not serving: " + printable(str(
+            selection.excluded[host] = ("not serving: " + one_line(str(
                 state.get("reason") or "its server failed the gate")))
             continue
         address = str(state.get("address") or "").strip()
@@ -136,7 +133,7 @@ def select(nodes: Mapping[str, Mapping[str, Any] | None], maxconn_override: int 
         selection.servers.append(Server(
             name=server_name(host), address=address, port=port,
             maxconn=maxconn(state, maxconn_override, maxconn_factor), enabled=in_rotation,
-            reason="" if in_rotation else printable(str(state.get("reason") or
+            reason="" if in_rotation else one_line(str(state.get("reason") or
                                                         "held out of rotation")),
             agent_port=_port(state.get("agent_port")),
         ))

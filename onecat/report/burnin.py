@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..text import one_line
+
 BURNIN_PNG = "burnin_temperature.png"
 # The numbers of one GPU in one sample that the report reads.
 GPU_NUMBERS = ("index", "temperature_c", "power_draw_w", "ecc_uncorrected")
@@ -24,8 +26,7 @@ def _records(value: Any) -> list[dict[str, Any]]:
 
 def _cell(value: Any) -> str:
     """A markdown table cell from node-written text: one printable line, no column breaks."""
-    text = "".join(ch if ch.isprintable() else " " for ch in str(value)).replace("|", "/")
-    return " ".join(text.split())
+    return one_line(value).replace("|", "/")
 
 
 def _normalized(data: Any) -> dict[str, Any]:

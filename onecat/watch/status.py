@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..text import one_line
+
 COLUMNS = ("node", "verdict", "watch", "serving", "gateway", "last look", "probe",
            "ECC c/u", "max °C", "findings")
 
@@ -24,11 +26,6 @@ COLUMNS = ("node", "verdict", "watch", "serving", "gateway", "last look", "probe
 # The node files come from the nodes: any JSON shape, any characters. A reader of them is a
 # controller-side parser of untrusted input (docs/hostile-input.md): no shape may raise, and no
 # escape sequence may reach the operator's terminal.
-def _clean(value: Any) -> str:
-    """One line of printable characters (ESC, OSC and the other controls become spaces)."""
-    return " ".join("".join(ch if ch.isprintable() else " " for ch in str(value)).split())
-
-
 def _mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -49,7 +46,7 @@ def _age(stamp: Any, now: float) -> str:
     if not stamp:
         return "-"
     if not isinstance(stamp, str):
-        return _clean(stamp)
+        return one_line(stamp)
     try:
         seconds = now - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
     except (ValueError, OverflowError):
@@ -103,7 +100,7 @@ def row(host: str, verdict: Any, node: Any, now: float) -> dict[str, str]:
 
 def render(rows: list[dict[str, str]], width: int = 60) -> str:
     """A plain-text table; long cells are cut to `width` characters."""
-    cells = [[_clean(r.get(c) or "-")[:width] for c in COLUMNS] for r in rows]
+    cells = [[one_line(r.get(c) or "-")[:width] for c in COLUMNS] for r in rows]
     widths = [max([len(c), *(len(line[i]) for line in cells)]) for i, c in enumerate(COLUMNS)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
@@ -114,7 +111,7 @@ def render(rows: list[dict[str, str]], width: int = 60) -> str:
 def rows_from_document(document: dict[str, Any], now: float | None = None) -> list[dict[str, str]]:
     """status.json ({host: {"verdict": ..., "node": ...}}) as rows, by host name."""
     now = time.time() if now is None else now
-    return [row(_clean(host), _mapping(entry).get("verdict"), _mapping(entry).get("node"), now)
+    return [row(one_line(host), _mapping(entry).get("verdict"), _mapping(entry).get("node"), now)
             for host, entry in sorted(document.items())]
 
 
