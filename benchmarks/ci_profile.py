@@ -174,8 +174,8 @@ def render(prof: Profile, top: int = 15) -> str:
     else:
         out.append("(no time stamps on the log's own lines: phase table skipped; see --tee)")
     if prof.inner:
-        out += ["", "Inside pytest (the molecule scenarios run side by side with each other "
-                "and with the other tests, so these overlap):", "",
+        out += ["", "Inside pytest (the two molecule scenarios run side by side, after the other "
+                "tests, so their rows overlap):", "",
                 "| part | seconds |", "|---|---:|"]
         out += [f"| {name} | {_fmt(seconds)} |" for name, seconds in prof.inner.items()]
     if prof.verify_tests:
