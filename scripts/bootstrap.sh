@@ -55,9 +55,17 @@ if [ ! -f "${stamp}" ] || [ pyproject.toml -nt "${stamp}" ] || [ constraints.txt
   touch "${stamp}"
 fi
 
-log "building (or reusing) the Debian 12 systemd node image"
-bash tools/node-image/build.sh >/dev/null
-# The stand-in for the engine's CUDA base: every scenario's prepare asks for it, and scenarios
-# that start side by side would otherwise each debootstrap it.
-log "building (or reusing) the stand-in for the engine's base image"
-bash tools/engine-base-image/build.sh >/dev/null
+# The node image, and the stand-in for the engine's CUDA base (every scenario's prepare asks for
+# it; scenarios that start side by side would otherwise each debootstrap it). Each is a
+# debootstrap that waits on the mirror about as much as it computes: both at once.
+log "building (or reusing) the Debian 12 systemd node image and the engine base's stand-in"
+logs="$(mktemp -d)"
+bash tools/node-image/build.sh >/dev/null 2>"${logs}/node-image.log" &
+node_image=$!
+bash tools/engine-base-image/build.sh >/dev/null 2>"${logs}/engine-base.log" &
+engine_base=$!
+failed=0
+wait "${node_image}" || { cat "${logs}/node-image.log" >&2; log "building the node image failed"; failed=1; }
+wait "${engine_base}" || { cat "${logs}/engine-base.log" >&2; log "building the engine base's stand-in failed"; failed=1; }
+rm -rf "${logs}"
+exit "${failed}"

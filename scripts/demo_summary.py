@@ -30,7 +30,8 @@ def main(run_dir: Path, gateway: str, seconds: int) -> int:
     completion = json.loads((run_dir / "completion.json").read_text())
     text = completion["choices"][0]["text"]
     tokens = completion.get("usage", {}).get("completion_tokens")
-    print(f"One completion through the gateway returned {tokens} token(s): {text!r}.")
+    print(f"One completion through the gateway returned {tokens} token(s) of the stand-in "
+          f"engine's filler words (no model runs here): {text!r}.")
     summary = json.loads((run_dir / "gateway" / "summary.json").read_text())
     levels = summary.get("levels", summary) if isinstance(summary, dict) else summary
     for level in levels if isinstance(levels, list) else []:
@@ -43,7 +44,12 @@ def main(run_dir: Path, gateway: str, seconds: int) -> int:
         share = json.loads(share_path.read_text())
         parts = ", ".join(f"{name} {row['requests']} ({row['share']:.0%})"
                           for name, row in sorted(share["servers"].items()))
-        print(f"HAProxy counted {share['total']} requests during the benchmark: {parts}.")
+        timed = share.get("timed_requests", share["total"])
+        if timed == share["total"]:
+            print(f"HAProxy spread the benchmark's {timed} timed requests: {parts}.")
+        else:
+            print(f"HAProxy counted {share['total']} requests to the nodes for the benchmark's "
+                  f"{timed} timed ones (retries, or other clients): {parts}.")
     print(f"The report is {run_dir / 'report.md'}; the demo took {seconds} s.")
     return 0 if rotation else 1
 

@@ -157,7 +157,7 @@ def _read_key(path: Path) -> str | None:
     return key or None
 
 
-def _write_share(args: argparse.Namespace, before: str) -> None:
+def _write_share(args: argparse.Namespace, before: str, levels: list[dict]) -> None:
     import json
 
     from onecat.gateway.runtime import RuntimeApiError
@@ -168,11 +168,16 @@ def _write_share(args: argparse.Namespace, before: str) -> None:
     except (OSError, ValueError, RuntimeApiError) as exc:
         print(f"onecat bench: --gateway-stats: no per-node share ({exc})", file=sys.stderr)
         return
+    # What the benchmark sent while timing: HAProxy's count can only exceed it by retries
+    # (or by other clients of the gateway).
+    document["timed_requests"] = sum((level.get("completed") or 0) + (level.get("failed") or 0)
+                                     for level in levels)
     (args.out / "gateway-share.json").write_text(json.dumps(document, indent=2) + "\n")
     parts = ", ".join(f"{name} {row['requests']} ({row['share']:.0%})"
                       for name, row in document["servers"].items())
     if not args.quiet:
-        print(f"onecat bench: requests per node through the gateway: {parts}", file=sys.stderr)
+        print(f"onecat bench: timed requests per node through the gateway: {parts}",
+              file=sys.stderr)
 
 
 # The single-server defaults (the seed's section 4.1 shape).
@@ -194,16 +199,24 @@ def main(args: argparse.Namespace) -> int:
     if problem:
         print(f"onecat bench: {problem}", file=sys.stderr)
         return 2
-    stats_before = None
+    # The gateway's stats: read once now (a wrong URL stops the run before any load), and again
+    # after the prompts (/tokenize) and the warm-up, so the share counts the timed requests only.
+    stats_before: list[str] = []
     if args.gateway_stats:
         from onecat.gateway.share import fetch_stats
 
         try:
-            stats_before = fetch_stats(args.gateway_stats)
+            stats_before.append(fetch_stats(args.gateway_stats))
         except (OSError, ValueError) as exc:
             print(f"onecat bench: --gateway-stats {args.gateway_stats}: cannot read the "
                   f"gateway's stats ({exc})", file=sys.stderr)
             return 2
+
+        def before_timed() -> None:
+            try:
+                stats_before[:] = [fetch_stats(args.gateway_stats)]
+            except (OSError, ValueError):
+                stats_before.clear()  # no share rather than one that counts the prompts
     try:
         goodput = parse_goodput(args.goodput) if args.goodput else None
     except ValueError as exc:
@@ -218,6 +231,10 @@ def main(args: argparse.Namespace) -> int:
             warmup=args.warmup, seed=args.seed, timeout=args.timeout,
             chat=args.endpoint == "chat", quiet=args.quiet, detailed=args.save_detailed,
             temperature=args.temperature, goodput=goodput,
+            # Through a gateway /metrics is one node's at a time, and each scrape would be
+            # counted as a request to that node.
+            scrape_metrics=not args.gateway_stats,
+            before_timed=before_timed if args.gateway_stats else None,
         )
         levels = asyncio.run(run_bench(options, nvml_memory_reader()))
     except BenchError as exc:
@@ -230,8 +247,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"onecat bench: cannot write results to {args.out}: {exc.strerror}",
               file=sys.stderr)
         return 1
-    if stats_before is not None:
-        _write_share(args, stats_before)
+    if stats_before:
+        _write_share(args, stats_before[0], levels)
+    elif args.gateway_stats:
+        print("onecat bench: --gateway-stats: the gateway's stats could not be read before the "
+              "timed requests: no per-node share", file=sys.stderr)
     if not any(level["completed"] for level in levels):
         errors: dict[str, int] = {}
         for level in levels:

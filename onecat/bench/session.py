@@ -61,6 +61,9 @@ class BenchOptions:
     temperature: float | None = None  # None: the server's default, as vllm bench serve
     goodput: dict[str, float] | None = None  # SLOs in ms: {"ttft": 500, "tpot": 50, ...}
     scrape_metrics: bool = True  # poll /metrics (in a thread) for KV-cache and queue peaks
+    # Called once in a thread after the prompts are built and the warm-up is done, just before
+    # the first timed request (`--gateway-stats` takes its "before" snapshot there).
+    before_timed: Callable[[], None] | None = None
 
 
 def requests_for(level: int, fixed: int | None) -> int:
@@ -214,6 +217,8 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         if not result.ok:
             _say(opts, f"warmup request {i + 1} failed ({result.error})")
     warm.close()
+    if opts.before_timed is not None:
+        await asyncio.to_thread(opts.before_timed)
 
     opts.out.mkdir(parents=True, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

@@ -208,18 +208,23 @@ def _check_ecc(gpu: dict[str, Any], t: Thresholds, out: _Problems) -> None:
                     "a current fault. Reset the counters where supported (`nvidia-smi -i "
                     f"{gpu['index']} -p 1`), burn it in under load (`onecat health --local` "
                     "after a long benchmark) and watch: keep the card if no error returns")
-        else:
-            why = ("a page is pending retirement" if pending else
-                   "the counter since the driver loaded is unreadable" if uncorrected is None
+        elif not pending and (uncorrected is None
+                              or uncorrected <= t.max_volatile_uncorrected_ecc):
+            # One reason per fault: a pending page is named by the memory-repair check, and
+            # errors over the limit since the driver loaded by the check below (with this count).
+            why = ("the counter since the driver loaded is unreadable" if uncorrected is None
                    else "more arrived since the driver loaded")
             out.add(ERROR, "ecc_aggregate_uncorrected", gpu,
                     f"{where} has had {lifetime} in its lifetime and "
                     f"{why}: its memory is failing and quantized inference turns to NaN or "
                     "garbage; take the card out of service")
     if uncorrected is not None and uncorrected > t.max_volatile_uncorrected_ecc:
+        history = (f" ({aggregate} in its lifetime)"
+                   if aggregate is not None and aggregate > uncorrected else "")
         out.add(ERROR, "ecc_volatile_uncorrected", gpu,
                 f"{where} has {_count(uncorrected, 'uncorrectable ECC error')} since the driver "
-                "loaded: drain the node, reboot, and replace the card if they return")
+                f"loaded{history}: its memory is failing and quantized inference turns to NaN "
+                "or garbage; drain the node, reboot, and replace the card if they return")
     corrected = volatile.get("corrected")
     if corrected is not None and corrected > t.max_volatile_corrected_ecc:
         out.add(WARNING, "ecc_volatile_corrected", gpu,

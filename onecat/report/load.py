@@ -1,4 +1,10 @@
-"""Read a run directory: results/<run-id>/<host>/bench-c<N>.json and optional health.json."""
+"""Read a run directory: results/<run-id>/<host>/bench-c<N>.json and optional health.json.
+
+A folder with a gateway-share.json is a run through the gateway (`onecat bench --url GATEWAY
+--gateway-stats ...`): the fleet as one endpoint, not a node. rollout.json, when the run has
+one, says which stages ran on each host, so a host the benchmark stage never reached is not
+a missing file.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,15 @@ class NodeResult:
     host: str
     levels: dict[int, dict] = field(default_factory=dict)  # concurrency -> bench-c<N>.json
     health: dict | None = None  # the gpu_health facts, when the role saved them
+    share: dict | None = None  # gateway-share.json: this is a run through the gateway
+
+
+@dataclass
+class Run:
+    nodes: list[NodeResult]  # each node benchmarked on its own, by host name
+    gateways: list[NodeResult]  # runs through the gateway (their `share` is set)
+    stages: dict[str, dict]  # rollout.json's row per host ({} without rollout.json)
+    warnings: list[str]
 
 
 # Keys of bench-c<N>.json the report computes with, and what each must hold.
@@ -108,13 +123,58 @@ def _read_json(path: Path, warnings: list[str]) -> dict | None:
     return data
 
 
-def load_run(run_dir: Path) -> tuple[list[NodeResult], list[str]]:
-    """Nodes sorted by host name, and warnings about files that could not be used."""
+def _rollout_rows(run_dir: Path, warnings: list[str]) -> dict[str, dict]:
+    """rollout.json's rows by host; {} when the run has none (a bench run by hand)."""
+    path = run_dir / "rollout.json"
+    if not path.is_file():
+        return {}
+    data = _read_json(path, warnings)
+    rows = (data or {}).get("hosts")
+    if not isinstance(rows, list):
+        if data is not None:
+            warnings.append(f"skipped {path}: no list of hosts")
+        return {}
+    return {str(row["host"]): row for row in rows
+            if isinstance(row, dict) and isinstance(row.get("host"), str)}
+
+
+def _share(path: Path, warnings: list[str]) -> dict | None:
+    data = _read_json(path, warnings) if path.is_file() else None
+    if data is None:
+        return None
+    servers = data.get("servers")
+    if not isinstance(servers, dict) or not all(isinstance(row, dict)
+                                                for row in servers.values()):
+        warnings.append(f"skipped {path}: no object of servers")
+        return None
+    for key in ("total", "timed_requests"):
+        if data.get(key) is not None and not _count(data[key]):
+            raise _refuse(path, key, data[key], "a count (an integer >= 0)")
+    for name, row in servers.items():
+        if not _count(row.get("requests", 0)) or not _number(row.get("share", 0)):
+            raise _refuse(path, f"servers.{name}", row, "{requests: count, share: fraction}")
+    return data
+
+
+def _not_benched(host: str, row: dict | None) -> str | None:
+    """Why a host folder holds no benchmark (a warning), or None when none was meant to be."""
+    if row is None:
+        return f"{host}: no bench-c<N>.json files"
+    stage = row.get("stage")
+    if stage == "benchmark":
+        return (f"{host}: the benchmark stage ran but wrote no bench-c<N>.json files; "
+                "see this run's log")
+    return None  # the rollout stopped before the benchmark, or it was not in this run
+
+
+def read_run(run_dir: Path) -> Run:
+    """The run's node results, gateway runs and stages, and warnings about unusable files."""
     if not run_dir.is_dir():
         raise ReportError(f"{run_dir} is not a directory; pass results/<run-id> "
                           "as written by the benchmark role")
     warnings: list[str] = []
-    nodes: list[NodeResult] = []
+    stages = _rollout_rows(run_dir, warnings)
+    run = Run([], [], stages, warnings)
     for host_dir in sorted(p for p in run_dir.iterdir() if p.is_dir()):
         node = NodeResult(host_dir.name)
         for path in sorted(host_dir.iterdir()):
@@ -127,11 +187,21 @@ def load_run(run_dir: Path) -> tuple[list[NodeResult], list[str]]:
             # Accept the facts as saved, or wrapped as ansible_facts.gpu_health.
             node.health = check_health(health_path, health)
         if node.levels:
-            nodes.append(node)
+            node.share = _share(host_dir / "gateway-share.json", warnings)
+            (run.gateways if node.share is not None else run.nodes).append(node)
         # Not hosts: plots, ansible-runner's artifacts, the health stage's reports.
         elif host_dir.name not in ("plots", "runner", "health"):
-            warnings.append(f"{host_dir.name}: no bench-c<N>.json files")
-    if not nodes:
+            warning = _not_benched(host_dir.name, stages.get(host_dir.name))
+            if warning:
+                warnings.append(warning)
+    if not run.nodes and not run.gateways:
         raise ReportError(f"no {run_dir}/<host>/bench-c<N>.json files found; run the benchmark "
-                          "first (ansible-playbook site.yml --tags bench)")
-    return nodes, warnings
+                          "first (ansible-playbook site.yml --tags bench, or onecat bench "
+                          "--url GATEWAY --out RUN_DIR/gateway --gateway-stats ...)")
+    return run
+
+
+def load_run(run_dir: Path) -> tuple[list[NodeResult], list[str]]:
+    """Nodes benchmarked on their own, by host name, and the warnings (see read_run)."""
+    run = read_run(run_dir)
+    return run.nodes, run.warnings

@@ -44,18 +44,51 @@ def build_json(run_id: str, nodes: list[NodeResult], medians: dict[int, dict],
     }
 
 
+def _headline(nodes: list[NodeResult], gateway_runs: int) -> str:
+    through = (f"; {gateway_runs} run(s) through the gateway, shown apart" if gateway_runs
+               else "")
+    if not nodes:
+        return ("No node was benchmarked on its own in this run; the fleet was measured "
+                "through the gateway (below).")
+    first = next(iter(nodes[0].levels.values()))
+    return (f"{len(nodes)} node{'s' if len(nodes) != 1 else ''} benchmarked on "
+            f"{'their' if len(nodes) != 1 else 'its'} own, concurrency "
+            f"{', '.join(map(str, levels_of(nodes)))}; model `{first.get('model', '?')}`, "
+            f"{first.get('input_len', '?')} prompt tokens, {first.get('output_len', '?')} "
+            f"output tokens per request{through}.")
+
+
 def build_markdown(run_id: str, nodes: list[NodeResult], medians: dict[int, dict],
                    outliers: list[dict], failures: list[dict], threshold: float,
-                   warnings: list[str], plots: list[str]) -> str:
+                   warnings: list[str], plots: list[str], gateway_runs: int = 0,
+                   sections: tuple[list[str], list[str]] = ([], [])) -> str:
+    """The report; `sections` are extra sections (markdown) to put before the per-node
+    results and after the outliers."""
+    before, after = sections
+    lines = [f"# Fleet benchmark {run_id}", "", _headline(nodes, gateway_runs)]
+    for section in before:
+        lines += ["", section]
+    if nodes:
+        lines += ["", *_node_sections(nodes, medians, outliers, threshold)]
+    for section in after:
+        lines += ["", section]
+    if failures:
+        lines += ["", "## Failed requests", ""]
+        for f in failures:
+            reasons = ", ".join(f"{k} ({v})" for k, v in sorted(f["errors"].items()))
+            lines.append(f"- {f['host']} at c={f['concurrency']}: {f['failed']} failed: {reasons}")
+    if plots:
+        lines += ["", "## Plots", ""]
+        lines += [f"![{p.rsplit('.', 1)[0].replace('_', ' ')}]({p})" for p in plots]
+    if warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
+    return "\n".join(lines) + "\n"
+
+
+def _node_sections(nodes: list[NodeResult], medians: dict[int, dict], outliers: list[dict],
+                   threshold: float) -> list[str]:
     flagged = {(o["host"], o["concurrency"]): o for o in outliers}
-    first = next(iter(nodes[0].levels.values()))
     lines = [
-        f"# Fleet benchmark {run_id}",
-        "",
-        f"{len(nodes)} node(s), concurrency {', '.join(map(str, levels_of(nodes)))}; model "
-        f"`{first.get('model', '?')}`, {first.get('input_len', '?')} prompt tokens, "
-        f"{first.get('output_len', '?')} output tokens per request.",
-        "",
         "## Results per node",
         "",
         "| node | c | output tok/s | total tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms "
@@ -113,14 +146,4 @@ def build_markdown(run_id: str, nodes: list[NodeResult], medians: dict[int, dict
             f"({o['below_median'] * 100:.0f} % below {o['fleet_median_output_throughput']:.1f})"
             for o in rows)
         lines.append(f"- **{host}**: {levels}. Health: {why}.")
-    if failures:
-        lines += ["", "## Failed requests", ""]
-        for f in failures:
-            reasons = ", ".join(f"{k} ({v})" for k, v in sorted(f["errors"].items()))
-            lines.append(f"- {f['host']} at c={f['concurrency']}: {f['failed']} failed: {reasons}")
-    if plots:
-        lines += ["", "## Plots", ""]
-        lines += [f"![{p.rsplit('.', 1)[0].replace('_', ' ')}]({p})" for p in plots]
-    if warnings:
-        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
-    return "\n".join(lines) + "\n"
+    return lines

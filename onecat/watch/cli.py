@@ -5,25 +5,33 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from onecat.fleet.deploy import inventory_usable
 from onecat.fleet.runner import print_outcome, run_playbook
 
-from .status import render, rows_from_document
+from .status import newest_rollout, render, rows_from_document
 
 
 def run_status(args: argparse.Namespace) -> int:
     if not inventory_usable(args.inventory):
         return 2
     outcome = run_playbook("playbooks/status.yml", args.inventory, limit=args.limit,
-                           extra_vars=args.extra_vars, quiet=True)
+                           extra_vars=args.extra_vars, results_dir=args.results, quiet=True)
     status = outcome.run_dir / "status.json"
-    if outcome.rc != 0 or not status.is_file():
+    # A node that does not answer fails the run (rc 4) but still gets its row: "unreachable".
+    if not status.is_file():
         print_outcome(outcome)
         return 1
-    rows = rows_from_document(json.loads(status.read_text()))
+    run_id, rollout = newest_rollout(outcome.run_dir.parent)
+    rows = rows_from_document(json.loads(status.read_text()), rollout=rollout)
     print(render(rows))
-    return 0 if all(r["verdict"] == "healthy" for r in rows) else 1
+    if rollout:
+        print(f"(held at a stage: as the newest rollout, {run_id}, left them)")
+    for host in outcome.failed_hosts:
+        for error in outcome.hosts[host].errors:
+            print(f"{host}: {error}")
+    return 0 if outcome.rc == 0 and all(r["verdict"] == "healthy" for r in rows) else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("-i", "--inventory", required=True, help="inventory file or folder")
     parser.add_argument("--limit", help="only these hosts or groups (ansible --limit)")
+    parser.add_argument("--results", type=Path, metavar="DIR",
+                        help="the results folder of the deploys (default: results/): the "
+                             "newest rollout.json there names the hosts it held, and why")
     parser.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
                         help="extra variables, as for ansible-playbook (repeatable)")
     parser.set_defaults(func=run_status)

@@ -3,7 +3,9 @@
 playbooks/status.yml reads two small files per node (the watch's verdict file and the
 serve stage's gateway state) and writes them to status.json in the run's folder; this
 module turns them into the table. No NVML walk from the controller: the watch already
-looked, at most one interval ago.
+looked, at most one interval ago. A node out of service says why: held at a stage by the
+newest rollout (its rollout.json in the results folder), held or drained by its watch,
+or unreachable now.
 """
 
 from __future__ import annotations
@@ -67,18 +69,50 @@ def _ecc(counts: Any) -> str:
     return f"{_text(counts.get('corrected'))}/{_text(counts.get('uncorrected'))}"
 
 
-def row(host: str, verdict: Any, node: Any, now: float) -> dict[str, str]:
-    """One node's row; a node without a verdict file (or with one of the wrong shape) says why."""
+def _held(rollout: Any) -> tuple[str, str] | None:
+    """(status, reasons) when the newest rollout held this host at a stage (or never got
+    to its batch), else None."""
+    rollout = _mapping(rollout)
+    status = rollout.get("status")
+    if not isinstance(status, str) or not status.startswith(("held", "untouched")):
+        return None
+    reasons = rollout.get("reasons")
+    why = "; ".join(str(r) for r in reasons) if isinstance(reasons, list) else ""
+    return one_line(status), one_line(why) or "see that run's summary"
+
+
+def _empty(host: str, verdict: str, watch: str, serving: str, gateway: str,
+           findings: str = "-") -> dict[str, str]:
+    return {"node": host, "verdict": verdict, "watch": watch, "serving": serving,
+            "gateway": gateway, "last look": "-", "probe": "-", "ECC c/u": "-",
+            "max °C": "-", "findings": findings}
+
+
+def row(host: str, verdict: Any, node: Any, now: float, rollout: Any = None,
+        reached: bool = True) -> dict[str, str]:
+    """One node's row; a node without a verdict file (or with one of the wrong shape) says why.
+
+    `rollout` is this host's row of the newest rollout.json; `reached` is False when the node
+    did not answer the status run."""
     node = _mapping(node)
     serving = "-" if "serving" not in node else ("yes" if node["serving"] else "no")
     gateway = "-" if "in_rotation" not in node else (
         "in" if node["in_rotation"] else f"out: {node.get('reason') or '?'}")
+    held = _held(rollout)
+    if held and gateway in ("-", "in"):
+        # The node's own state predates the rollout that held it (or it never had one).
+        gateway = f"out: {held[0]}"
+    if not reached:
+        return _empty(host, "unreachable", "did not answer now (its error is below)",
+                      serving, gateway, held[1] if held else "-")
     if not isinstance(verdict, dict) or not verdict:
+        if held and not verdict:
+            # The rollout stopped before the watch stage: the reason is the rollout's.
+            return _empty(host, held[0], "not installed (the rollout stopped before it)",
+                          serving, gateway, held[1])
         why = ("no verdict file (watch not installed, or not looked yet)" if not verdict
                else "its verdict file is not a JSON object")
-        return {"node": host, "verdict": "unknown", "watch": why, "serving": serving,
-                "gateway": gateway, "last look": "-", "probe": "-", "ECC c/u": "-",
-                "max °C": "-", "findings": "-"}
+        return _empty(host, "unknown", why, serving, gateway)
     probes = _records(verdict.get("probe"))
     probe = "-" if not probes else (
         "ok" if all(p.get("ok") for p in probes)
@@ -108,17 +142,39 @@ def render(rows: list[dict[str, str]], width: int = 60) -> str:
     return "\n".join(lines)
 
 
-def rows_from_document(document: dict[str, Any], now: float | None = None) -> list[dict[str, str]]:
-    """status.json ({host: {"verdict": ..., "node": ...}}) as rows, by host name."""
+def rows_from_document(document: dict[str, Any], now: float | None = None,
+                       rollout: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    """status.json ({host: {"verdict": ..., "node": ..., "reached": ...}}) as rows, by host
+    name; `rollout` is the newest rollout.json's rows by host."""
     now = time.time() if now is None else now
-    return [row(one_line(host), _mapping(entry).get("verdict"), _mapping(entry).get("node"), now)
+    rollout = rollout or {}
+    return [row(one_line(host), _mapping(entry).get("verdict"), _mapping(entry).get("node"),
+                now, rollout.get(host), _mapping(entry).get("reached") is not False)
             for host, entry in sorted(document.items())]
+
+
+def newest_rollout(results: Path) -> tuple[str, dict[str, Any]]:
+    """The newest RESULTS/<run-id>/rollout.json: (its run id, its rows by host); ("", {})
+    when there is none or it cannot be read (the table then goes without it)."""
+    try:
+        paths = sorted(results.glob("*/rollout.json"), key=lambda p: p.stat().st_mtime)
+        document = json.loads(paths[-1].read_text()) if paths else None
+    except (OSError, ValueError, RecursionError):
+        return "", {}
+    if document is None:
+        return "", {}
+    hosts = _mapping(document).get("hosts")
+    rows = {str(r["host"]): r for r in _records(hosts) if isinstance(r.get("host"), str)}
+    return (one_line(_mapping(document).get("run_id") or paths[-1].parent.name), rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     """`python3 -m onecat.watch.status STATUS_JSON`: print the table (playbooks/status.yml)."""
     parser = argparse.ArgumentParser(prog="python3 -m onecat.watch.status")
     parser.add_argument("status_json", type=Path)
+    parser.add_argument("--results", type=Path,
+                        help="the results folder whose newest rollout.json says which hosts "
+                             "a rollout held")
     args = parser.parse_args(argv)
     try:
         document = json.loads(args.status_json.read_text())
@@ -129,7 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"onecat status: {args.status_json} is not a JSON object of nodes",
               file=sys.stderr)
         return 2
-    print(render(rows_from_document(document)))
+    run_id, rollout = newest_rollout(args.results) if args.results else ("", {})
+    print(render(rows_from_document(document, rollout=rollout)))
+    if rollout:
+        print(f"(held at a stage: as the newest rollout, {run_id}, left them)")
     return 0
 
 

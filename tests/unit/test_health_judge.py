@@ -93,7 +93,7 @@ SCENARIOS = {
     "uncorrectable ECC since the driver loaded on GPU 1": (
         node(v100(0), v100(1, ecc__volatile__uncorrected=1, ecc__aggregate__uncorrected=3,
                       retired_pages__double_bit=2)),
-        "unhealthy", [(E, "ecc_aggregate_uncorrected", 1), (E, "ecc_volatile_uncorrected", 1)]),
+        "unhealthy", [(E, "ecc_volatile_uncorrected", 1)]),
     "page pending retirement": (
         node(v100(0, retired_pages__pending=True, retired_pages__single_bit=3), v100(1)),
         "unhealthy", [(E, "retired_pages_pending", 0)]),
@@ -185,9 +185,9 @@ def test_retired_page_limits_are_parameters() -> None:
 
 
 def test_lifetime_ecc_is_an_error_when_a_page_is_pending_or_the_present_is_unknown() -> None:
+    # One reason per fault: the pending page is the error; the lifetime count adds no second one.
     pending = node(v100(0, ecc__aggregate__uncorrected=1, retired_pages__pending=True), v100(1))
-    assert checks(judge(pending)) == [(E, "ecc_aggregate_uncorrected", 0),
-                                      (E, "retired_pages_pending", 0)]
+    assert checks(judge(pending)) == [(E, "retired_pages_pending", 0)]
     unknown = node(v100(0, ecc__aggregate__uncorrected=1, ecc__volatile__uncorrected=None),
                    v100(1))
     assert checks(judge(unknown)) == [(E, "ecc_aggregate_uncorrected", 0)]
@@ -213,8 +213,9 @@ def test_corrected_ecc_warns_above_fifty_million(corrected: int, expected: list[
 def test_uncorrected_ecc_limits() -> None:
     readings = node(v100(0, ecc__volatile__uncorrected=1, ecc__aggregate__uncorrected=1),
                     v100(1))
-    assert checks(judge(readings)) == [(E, "ecc_aggregate_uncorrected", 0),
-                                       (E, "ecc_volatile_uncorrected", 0)]
+    assert checks(judge(readings)) == [(E, "ecc_volatile_uncorrected", 0)]
+    within = Thresholds(max_volatile_uncorrected_ecc=1)
+    assert checks(judge(readings, within)) == [(E, "ecc_aggregate_uncorrected", 0)]
     lenient = Thresholds(max_aggregate_uncorrected_ecc=1, max_volatile_uncorrected_ecc=1)
     assert checks(judge(readings, lenient)) == []
 
@@ -376,8 +377,22 @@ def test_a_mistyped_compute_capability_is_refused_not_ignored():
 
 def test_one_error_is_counted_in_the_singular() -> None:
     facts = judge(node(v100(0), v100(1, ecc__volatile__uncorrected=1,
+                                     ecc__aggregate__uncorrected=1)),
+                  Thresholds(max_volatile_uncorrected_ecc=1))
+    history = " ".join(p["message"] for p in facts["problems"])
+    assert "has had 1 uncorrectable ECC error in its lifetime" in history
+    facts = judge(node(v100(0), v100(1, ecc__volatile__uncorrected=1,
                                      ecc__aggregate__uncorrected=1)))
     messages = " ".join(p["message"] for p in facts["problems"])
-    assert "has had 1 uncorrectable ECC error in its lifetime" in messages
     assert "has 1 uncorrectable ECC error since the driver loaded" in messages
     assert "1 uncorrectable ECC errors" not in messages
+
+
+def test_one_fault_is_one_reason_with_its_counts_in_words() -> None:
+    readings = node(v100(0), v100(1, ecc__volatile__uncorrected=1, ecc__aggregate__uncorrected=3))
+    [problem] = judge(readings)["problems"]
+    assert "has 1 uncorrectable ECC error since the driver loaded (3 in its lifetime)" \
+        in problem["message"]
+    again = node(v100(0), v100(1, ecc__volatile__uncorrected=2, ecc__aggregate__uncorrected=2))
+    [problem] = judge(again)["problems"]
+    assert "has 2 uncorrectable ECC errors since the driver loaded:" in problem["message"]

@@ -204,3 +204,90 @@ def test_burnin_files_of_the_wrong_shape_never_break_the_report(run_dir):
     assert sorted(document["burnin"]) == ["n1", "n2", "n3", "n4", "n5", "n6"]
     assert "GPU 0 / hot [31mred" in md and "\x1b" not in md
     assert any("n7/burnin.json" in w for w in document["warnings"])
+
+
+# ---- runs through the gateway, and runs without the benchmark stage --------------------
+
+def _rollout(run: Path, rows: dict[str, dict]) -> None:
+    hosts = [{"host": host, "stage": "serve", "status": "ok", "serving": True,
+              "in_rotation": True, "reasons": [], **row} for host, row in rows.items()]
+    (run / "rollout.json").write_text(json.dumps({"run_id": run.name, "hosts": hosts}))
+
+
+def _gateway_run(run: Path, servers: dict[str, int], timed: int | None) -> None:
+    (run / "gateway").mkdir(parents=True)
+    for c, tps in ((1, 30.0), (4, 90.0)):
+        (run / "gateway" / f"bench-c{c}.json").write_text(json.dumps(
+            _level(c, tps) | {"completed": 8, "url": "http://172.18.0.3:8000"}))
+    total = sum(servers.values())
+    share = {"backend": "onecat_nodes", "total": total,
+             "servers": {name: {"requests": n, "share": round(n / total, 4), "status": "UP"}
+                         for name, n in servers.items()}}
+    if timed is not None:
+        share["timed_requests"] = timed
+    (run / "gateway" / "gateway-share.json").write_text(json.dumps(share))
+
+
+def test_a_deploy_without_the_benchmark_stage_says_which_stages_ran(tmp_path):
+    """The demo's run: the deploy stops at serve (no benchmark stage), one node is held at
+    health, and the fleet is measured through the gateway only."""
+    run = tmp_path / "results" / "20261204T1400-demo"
+    for host in ("fleet-a", "fleet-b", "fleet-c"):
+        (run / host).mkdir(parents=True)
+        (run / host / "health.json").write_text(json.dumps({"verdict": "healthy"}))
+    held = {"stage": "health", "status": "held at health", "serving": None,
+            "in_rotation": None, "reasons": ["GPU 1 has 1 uncorrectable ECC error"]}
+    _rollout(run, {"fleet-a": {}, "fleet-b": {}, "fleet-c": held})
+    _gateway_run(run, {"fleet-a": 8, "fleet-b": 8, "fleet-c": 0}, timed=16)
+    document = make_report(run, run, plots=False)
+    md = (run / "report.md").read_text()
+    assert document["nodes"] == {} and document["outliers"] == []
+    assert not any("no bench-c<N>.json" in w for w in document["warnings"]), document
+    assert "No node was benchmarked on its own in this run" in md
+    assert "## Results per node" not in md and "seed's reference" not in md
+    assert "| fleet-c | health | held at health | - | - | GPU 1 has 1 uncorrectable ECC " in md
+    assert "The benchmark stage did not run on any host in this run" in md
+    assert "HAProxy counted the 16 timed request(s)" in md
+    assert "| fleet-a | 8 | 50.0% | UP | - |" in md
+    assert document["gateway_runs"]["gateway"]["levels"]["4"]["output_throughput"] == 90.0
+    assert document["stages"]["fleet-c"]["status"] == "held at health"
+
+
+def test_node_runs_and_a_gateway_run_are_kept_apart(run_dir, capsys):
+    _gateway_run(run_dir, {"node1": 7, "node2": 6, "node3": 5}, timed=16)
+    document = make_report(run_dir, run_dir, plots=False)
+    md = (run_dir / "report.md").read_text()
+    assert sorted(document["nodes"]) == ["node1", "node2", "node3"]
+    assert document["fleet_median"]["1"]["nodes"] == 3  # the gateway is not a fourth node
+    assert md.count("| gateway |") == 0
+    assert "3 nodes benchmarked on their own" in md and "1 run(s) through the gateway" in md
+    # Each node's share next to its own best result; the retries explain 18 for 16 sent.
+    assert "| node1 | 7 | 38.9% | UP | 160.0 |" in md
+    assert "HAProxy counted 18 request(s) to the nodes for 16 timed request(s)" in md
+    assert onecat_main(["report", str(run_dir), "--no-plots"]) == 0
+    assert "(3 nodes benchmarked on their own, 1 run(s) through the gateway, 1 outlier(s))" \
+        in capsys.readouterr().err
+
+
+def test_a_host_the_benchmark_stage_reached_without_results_is_still_a_warning(run_dir):
+    (run_dir / "node4").mkdir()
+    (run_dir / "node5").mkdir()
+    _rollout(run_dir, {"node4": {"stage": "benchmark", "status": "held at benchmark"},
+                       "node5": {"stage": "health", "status": "held at health"}})
+    document = make_report(run_dir, run_dir, plots=False)
+    assert [w for w in document["warnings"] if w.startswith(("node4", "node5"))] == [
+        "node4: the benchmark stage ran but wrote no bench-c<N>.json files; see this run's log"]
+    md = (run_dir / "report.md").read_text()
+    assert "The benchmark stage ran on node4." in md
+
+
+def test_a_share_file_of_the_wrong_shape_is_refused_or_skipped(run_dir):
+    _gateway_run(run_dir, {"node1": 1}, timed=1)
+    share = run_dir / "gateway" / "gateway-share.json"
+    share.write_text(json.dumps({"total": -3, "servers": {}}))
+    with pytest.raises(ReportError, match=r"gateway-share.json: total is -3, expected a count"):
+        make_report(run_dir, run_dir, plots=False)
+    share.write_text(json.dumps({"total": 3, "servers": ["node1"]}))
+    document = make_report(run_dir, run_dir, plots=False)
+    # Without a readable share it is an ordinary folder of results (named in the warnings).
+    assert any("gateway-share.json: no object of servers" in w for w in document["warnings"])

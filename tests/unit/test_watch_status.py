@@ -93,3 +93,65 @@ def test_a_status_document_that_is_not_an_object_is_one_line_and_exit_2(tmp_path
     assert main([str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a JSON object of nodes" in err
+
+
+HELD_AT_HEALTH = {"host": "fleet-c", "stage": "health", "status": "held at health",
+                  "reasons": ["GPU 1 (00000000:5E:00.0) has 1 uncorrectable ECC error since the "
+                              "driver loaded (3 in its lifetime): drain the node"]}
+
+
+def test_a_node_the_rollout_held_at_health_says_so_not_unknown() -> None:
+    """The demo's fleet-c: held at health, so no serve state and no watch on it."""
+    cells = row("fleet-c", None, None, NOW, rollout=HELD_AT_HEALTH)
+    assert cells["verdict"] == "held at health"
+    assert cells["watch"] == "not installed (the rollout stopped before it)"
+    assert cells["gateway"] == "out: held at health"
+    assert cells["findings"].startswith("GPU 1 (00000000:5E:00.0) has 1 uncorrectable ECC error")
+    # Its watch may run all the same (the watch stage alone): the watch's verdict stays first,
+    # the gateway column says the rollout keeps it out.
+    watched = row("fleet-c", GOOD, None, NOW, rollout=HELD_AT_HEALTH)
+    assert (watched["verdict"], watched["watch"], watched["gateway"]) == (
+        "healthy", "in", "out: held at health")
+    # A rollout that passed the node changes nothing.
+    passed = row("fleet-a", None, None, NOW, rollout={"status": "ok", "stage": "serve"})
+    assert passed["verdict"] == "unknown" and "no verdict file" in passed["watch"]
+
+
+def test_a_node_that_does_not_answer_is_unreachable_not_unknown() -> None:
+    rows = rows_from_document({"fleet-a": {"reached": True, "verdict": GOOD, "node": None},
+                               "fleet-b": {"reached": False}}, NOW)
+    assert [(r["node"], r["verdict"]) for r in rows] == [("fleet-a", "healthy"),
+                                                         ("fleet-b", "unreachable")]
+    assert rows[1]["watch"] == "did not answer now (its error is below)"
+
+
+def test_the_newest_rollout_names_the_held_hosts(tmp_path) -> None:
+    import json
+    import os
+
+    from onecat.watch.status import main, newest_rollout
+
+    assert newest_rollout(tmp_path) == ("", {})
+    for age, (run_id, status) in enumerate((("20261204T1400-new", "held at health"),
+                                            ("20261203T0900-old", "ok"))):
+        (tmp_path / run_id).mkdir()
+        path = tmp_path / run_id / "rollout.json"
+        path.write_text(json.dumps({"run_id": run_id, "hosts": [
+            {**HELD_AT_HEALTH, "status": status}, "not a row", {"host": 5}]}))
+        os.utime(path, (NOW - 60 * age, NOW - 60 * age))
+    run_id, rows = newest_rollout(tmp_path)
+    assert run_id == "20261204T1400-new" and rows["fleet-c"]["status"] == "held at health"
+    assert list(rows) == ["fleet-c"]
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"fleet-c": {"reached": True, "verdict": None, "node": None}}))
+    assert main([str(status), "--results", str(tmp_path)]) == 0
+
+
+def test_an_unreadable_rollout_leaves_the_table_without_it(tmp_path) -> None:
+    from onecat.watch.status import newest_rollout
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "rollout.json").write_text("{not json")
+    assert newest_rollout(tmp_path) == ("", {})
+    (tmp_path / "run" / "rollout.json").write_text('["a list"]')
+    assert newest_rollout(tmp_path) == ("run", {})

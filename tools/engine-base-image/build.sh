@@ -31,7 +31,9 @@ command -v debootstrap >/dev/null || {
 work="$(mktemp -d /var/tmp/onecat-engine-base.XXXXXX)"
 trap 'rm -rf "${work}"' EXIT
 root="${work}/root"
-cache="${ONECAT_CACHE_DIR:-/var/cache/onecat}/debootstrap"
+# Its own .deb cache: bootstrap.sh builds this image while the node image's debootstrap runs,
+# and debootstrap does not lock its cache folder.
+cache="${ONECAT_CACHE_DIR:-/var/cache/onecat}/debootstrap-engine-base"
 mkdir -p "${cache}"
 
 echo "engine-base-image/build.sh: debootstrapping ${suite} minbase into ${root}" >&2

@@ -288,7 +288,8 @@ def wait_for(what, timeout: float):
 def onecat_status() -> str:
     done = subprocess.run(
         [sys.executable, "-m", "onecat", "status", "-i", str(Path(
-            os.environ["MOLECULE_INVENTORY_FILE"]).parent)],
+            os.environ["MOLECULE_INVENTORY_FILE"]).parent), "--results",
+         str(EPHEMERAL / "results")],
         capture_output=True, text=True, check=False, cwd=PROJECT, timeout=600)
     return done.stdout + done.stderr
 
@@ -375,9 +376,10 @@ def _watch_catches_ecc_then_garbage(a) -> None:
     assert "FAILED collapsed into repetition" in rows["fleet-a"], table
     assert rows["fleet-b"].split()[1:3] == ["healthy", "in"], table
     # fleet-c never served (held at health) but got the watch from the stage run alone: it
-    # shows the uncorrectable error its GPU 1 had since the driver loaded, as history.
-    assert rows["fleet-c"].split()[1:5] == ["healthy", "in", "-", "-"], table
-    assert " 0/1 " in rows["fleet-c"], table
+    # shows the uncorrectable error its GPU 1 had since the driver loaded, as history, and
+    # the newest rollout (the rerun's) says why it is out of rotation.
+    assert rows["fleet-c"].split()[1:5] == ["healthy", "in", "-", "out:"], table
+    assert "out: held at health" in rows["fleet-c"] and " 0/1 " in rows["fleet-c"], table
 
     # The operator's fix (a fresh engine, the scenario back) and --release: back in rotation.
     a.check_output(f"cp -p {SCENARIO_A}.orig {SCENARIO_A}")
