@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from onecat.watch.deltas import UNHEALTHY, Finding, Limits, compare, verdict
+from onecat.watch.deltas import CONDITIONS, UNHEALTHY, Finding, Limits, compare, verdict
 from onecat.watch.probe import judge as judge_answer
 
 from .load import LoadTally
@@ -58,9 +58,10 @@ def gpu_findings(readings: Sequence[dict[str, Any]], limits: Limits | None = Non
     seen: dict[tuple[object, ...], Finding] = {}
     for step, (before, now) in enumerate(itertools.pairwise(readings)):
         for finding in compare(before, now, limits):
-            # A state (a throttle reason, the heat) repeats in every sample: keep its first.
+            # A state (a throttle reason, the heat, a pending retirement) repeats in every
+            # sample: keep its first.
             # A counter that rises twice is two events.
-            if finding.code == "temperature":
+            if finding.code == "temperature" or finding.code in CONDITIONS:
                 key: tuple[object, ...] = (finding.code, finding.gpu)
             elif finding.code == "throttle":
                 key = (finding.code, finding.gpu, finding.message)

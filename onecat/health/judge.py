@@ -339,6 +339,22 @@ def _check_thermals(gpu: dict[str, Any], t: Thresholds, out: _Problems) -> None:
                 "power cabling with `nvidia-smi -q -d PERFORMANCE`")
 
 
+def _check_unreadable(gpu: dict[str, Any], out: _Problems) -> None:
+    """A GPU the driver counts but cannot reach: lost (NVML_ERROR_GPU_IS_LOST, after Xid 79
+    "fallen off the bus") or with no handle at all."""
+    errors = gpu.get("read_errors") or []
+    if gpu.get("lost"):
+        out.add(ERROR, "gpu_lost", gpu,
+                f"{label(gpu)} is lost: the driver still counts it but NVML answers "
+                "\"GPU is lost\" (fallen off the bus, Xid 79): drain the node and reboot it; "
+                "reseat or replace the card if it is lost again")
+        return
+    why = "; ".join(f"{e.get('field')}: {e.get('error')}" for e in errors) or "no handle"
+    out.add(ERROR, "gpu_unreadable", gpu,
+            f"{label(gpu)} cannot be read ({why}): reset the GPU or reboot the node, and "
+            "replace the card if it stays unreadable")
+
+
 def _check_read_errors(gpu: dict[str, Any] | None, errors: list[dict[str, Any]],
                        out: _Problems) -> None:
     where = "NVML" if gpu is None else label(gpu)
@@ -416,6 +432,9 @@ def judge(readings: dict[str, Any], thresholds: Thresholds | None = None) -> dic
     out = _Problems()
     _check_count(readings, t, out)
     for gpu in readings.get("gpus") or []:
+        if gpu.get("lost") or gpu.get("reachable") is False:
+            _check_unreadable(gpu, out)  # one reason for the GPU: nothing else can be read
+            continue
         _check_identity(gpu, t, out)
         _check_ecc(gpu, t, out)
         _check_memory_repair(gpu, t, out)

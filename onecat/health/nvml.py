@@ -27,6 +27,7 @@ NOT_SUPPORTED = 3
 INVALID_ARGUMENT = 2
 NOT_FOUND = 6
 FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
 UNAVAILABLE = (NOT_SUPPORTED, FUNCTION_NOT_FOUND)
 
 # nvmlGpuP2PCapsIndex_t. Defined here: pynvml's NVML_P2P_CAPS_INDEX_READ is a
@@ -431,7 +432,7 @@ def _xid(gpus: list[dict[str, Any]], kernel_log_path: str | None) -> dict[str, A
     if text is None:
         return {"xid_source": source or None, "xid_error": failure, "xid_events": None}
     events = parse_xid(text)
-    by_bus = {bus_key(gpu["pci_bus_id"]): gpu["index"] for gpu in gpus if gpu["pci_bus_id"]}
+    by_bus = {bus_key(gpu["pci_bus_id"]): gpu["index"] for gpu in gpus if gpu.get("pci_bus_id")}
     for event in events:
         event["gpu"] = by_bus.get(bus_key(event["pci_bus_id"]))
     return {"xid_source": source, "xid_error": None, "xid_events": events}
@@ -461,18 +462,25 @@ def gather(
             "gpu_count": count,
         }
         system_errors = read.errors
-        handles = [nvml.nvmlDeviceGetHandleByIndex(index) for index in range(count)]
-        gpus = []
-        for index, handle in enumerate(handles):
+        gpus, handles = [], []
+        for index in range(count):
             read.errors = []
-            gpu = _gpu(read, index, handle)
+            # A GPU the driver lost (Xid 79) is still counted; its handle (or each call on it)
+            # answers GPU_IS_LOST. It is read as such, not as a crash of the whole look.
+            handle = read.call("device_handle", "nvmlDeviceGetHandleByIndex", index)
+            gpu = _gpu(read, index, handle) if handle is not None else {
+                "index": index, "uuid": None, "pci_bus_id": None, "serial": None,
+                "reachable": False}
             gpu["read_errors"] = read.errors
+            gpu["lost"] = any(e.get("code") == GPU_IS_LOST for e in read.errors)
             gpus.append(gpu)
+            handles.append(None if gpu["lost"] else handle)
         read.errors = system_errors
         readings["gpus"] = gpus
         readings["pairs"] = [
             _pair(read, gpus[i], gpus[j], handles[i], handles[j])
             for i in range(count) for j in range(i + 1, count)
+            if handles[i] is not None and handles[j] is not None
         ]
         readings["read_errors"] = system_errors
     finally:

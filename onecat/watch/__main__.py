@@ -1,5 +1,6 @@
 """`python3 -m onecat.watch --once`: one look at this node's GPUs (exit 0 healthy, 1 findings,
-2 NVML could not be read), for the watch's timer or any other monitoring system."""
+2 the look could not complete: then the verdict says "cannot look" and, with --act, the node
+drains), for the watch's timer or any other monitoring system."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .look import (
     Acting,
     Probe,
     answer_agent,
+    cannot_look,
     look,
     probe_due,
     serving_probe,
@@ -80,6 +82,18 @@ def _release(args: argparse.Namespace) -> int:
     for line in decided.transitions or ["already in: nothing to release"]:
         print(f"{platform.node()}: {line}")
     return EXIT_HEALTHY
+
+
+def _blind(args: argparse.Namespace, why: str) -> int:
+    """The look could not complete: say why, and fail closed (cannot_look drains the node)."""
+    print(f"onecat watch: cannot look at {platform.node()}: {why}", file=sys.stderr)
+    try:
+        for line in cannot_look(why, args.state_dir, args.verdict_file, args.metrics_file,
+                                acting=_acting(args)):
+            print(f"{platform.node()}: watch: {line}")
+    except OSError as error:
+        print(f"onecat watch: cannot record that it cannot look: {error}", file=sys.stderr)
+    return EXIT_CANNOT_READ
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -146,23 +160,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         import pynvml
     except ImportError:
-        print("onecat watch: pynvml is missing; install nvidia-ml-py or python3-pynvml",
-              file=sys.stderr)
-        return EXIT_CANNOT_READ
+        return _blind(args, "pynvml is missing; install nvidia-ml-py or python3-pynvml")
     try:
         result, findings, transitions = look(
             pynvml, args.state_dir, args.verdict_file, args.metrics_file, args.kernel_log,
             quality=_probe(args), acting=_acting(args))
     except NvmlUnavailable as error:
-        print(f"onecat watch: NVIDIA driver not loaded on {platform.node()}: NVML error "
-              f"{error.code}: {error.text}", file=sys.stderr)
-        return EXIT_CANNOT_READ
+        return _blind(args, f"NVIDIA driver not loaded: NVML error {error.code}: {error.text}")
     except pynvml.NVMLError as error:
-        print(f"onecat watch: NVML failed on {platform.node()}: {error}", file=sys.stderr)
-        return EXIT_CANNOT_READ
-    except OSError as error:
-        print(f"onecat watch: cannot record the look: {error}", file=sys.stderr)
-        return EXIT_CANNOT_READ
+        return _blind(args, f"NVML failed: {error}")
+    except Exception as error:  # any failure of the look fails closed
+        return _blind(args, f"the look failed: {type(error).__name__}: {error}")
     print(f"{platform.node()}: {result}")
     for finding in findings:
         print(f"  {finding.severity.upper():9} {finding.message}")

@@ -26,6 +26,10 @@ MODES = (IN, DRAINING, RESTARTED, HELD)
 # Faults an engine restart can clear: memory the engine had mapped, a channel the driver
 # reset, answers that went bad (the seed's pitfall 5.5).
 RESTARTABLE = frozenset(("ecc_uncorrected", "xid", "quality"))
+# The look itself could not complete (NVML failed, an exception): the watch is blind. It
+# fails closed: the node drains and stays drained while the watch cannot look, and comes
+# back by itself once a complete look finds nothing (no restart, no hold for blindness alone).
+CANNOT_LOOK = "cannot_look"
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,8 @@ class Action:
 
 
 def initial_state() -> dict[str, Any]:
-    return {"mode": IN, "since": None, "reason": "", "restartable": False, "restarts": []}
+    return {"mode": IN, "since": None, "reason": "", "restartable": False, "restarts": [],
+            "blind": False}
 
 
 def _clean_reason(findings: list[Finding]) -> str:
@@ -96,9 +101,23 @@ def step(
         mode = new_mode
         state.update(mode=new_mode, since=now)
 
-    if mode == IN and faults:
+    blind = bool(faults) and all(f.code == CANNOT_LOOK for f in faults)
+    if mode == DRAINING and state.get("blind"):
+        if blind:
+            pass  # still cannot look: stay drained, nothing else to decide
+        elif not faults:
+            state.update(blind=False, reason="")
+            readmitted = True
+            go(IN, "the watch can look again and finds nothing wrong")
+        else:
+            # It can look again and sees a fault: judged from here as any other fault.
+            state.update(blind=False, reason=_clean_reason(findings), restartable=(
+                policy.restart and not recent and all(f.code in RESTARTABLE for f in faults)))
+            transitions.append(f"{DRAINING} -> {DRAINING}: {state['reason']}")
+    elif mode == IN and faults:
         state["reason"] = _clean_reason(findings)
-        state["restartable"] = (
+        state["blind"] = blind
+        state["restartable"] = not blind and (
             policy.restart and not recent and all(f.code in RESTARTABLE for f in faults)
         )
         go(DRAINING, state["reason"])
@@ -131,7 +150,7 @@ def release(saved: dict[str, Any] | None, now: float) -> Action:
     """An operator's `--release`: the node goes back in (the next look judges it afresh)."""
     state = {**initial_state(), **(saved or {})}
     was = state["mode"]
-    state.update(mode=IN, since=now, reason="", restartable=False)
+    state.update(mode=IN, since=now, reason="", restartable=False, blind=False)
     if was == IN:
         return Action(state, "up", False, [])
     return Action(state, "ready up", False, [f"{was} -> {IN}: released by an operator"])

@@ -1,12 +1,16 @@
-"""What arrived on a node's GPUs between two health readings (the watch's delta rules).
+"""What is wrong on a node's GPUs now, and what arrived since the previous reading (the
+watch's rules).
 
-Each rule looks at what changed since the previous reading, not at lifetime totals: the
-deploy-time health check already judged those (a card with an old ECC history is
-`degraded` there, and burn-in decides whether it serves). Severities follow DCGM's health
-watches: a new uncorrectable (double-bit) ECC error, a pending page retirement or row-remap
-failure, a GPU gone from the bus and a fatal Xid are failures (the node must stop serving
-before it answers with corrupted memory, the seed's pitfall 5.5); correctable errors, thermal
-slowdowns and other Xids are warnings.
+Counters are judged by what changed since the previous reading, not by lifetime totals: the
+deploy-time health check already judged those (a card with an old ECC history is `degraded`
+there, and burn-in decides whether it serves). Conditions are judged on every look for as
+long as they last, as DCGM's health watches report them on every check: a GPU the driver lost
+(NVML_ERROR_GPU_IS_LOST), a page pending retirement (NVIDIA: it stays pending until the GPU is
+reset or the driver reloads), a row remap pending or failed. Severities follow DCGM: a new
+uncorrectable (double-bit) ECC error, a pending retirement, a row-remap failure, a lost or
+vanished GPU and a fatal Xid are failures (the node must stop serving before it answers with
+corrupted memory, the seed's pitfall 5.5); correctable errors, thermal slowdowns and other
+Xids are warnings.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ HEALTHY = "healthy"
 DEGRADED = "degraded"
 UNHEALTHY = "unhealthy"
 RANK = {HEALTHY: 0, DEGRADED: 1, UNHEALTHY: 2}
+# Findings of a state that lasts: reported on every look while it does.
+CONDITIONS = frozenset(("gpu_lost", "retirement_pending", "row_remap_failure",
+                        "row_remap_pending"))
 
 # Hardware protection cutting the clocks under load: weak or failing power (the seed's
 # second-hand servers) or the board's own slowdown. The answers stay right but slow; a node
@@ -81,10 +88,6 @@ def _rose(before: dict[str, Any], now: dict[str, Any], *path: str) -> int:
     return _delta(_get(before, *path), _get(now, *path))
 
 
-def _became(before: dict[str, Any], now: dict[str, Any], *path: str) -> bool:
-    return _get(now, *path) is True and _get(before, *path) is not True
-
-
 def _gpu_findings(
     before: dict[str, Any], now: dict[str, Any], limits: Limits
 ) -> Iterable[Finding]:
@@ -99,7 +102,8 @@ def _gpu_findings(
         yield Finding(DEGRADED, "ecc_corrected", at,
                       f"{at}: {rise} new corrected ECC errors since the last look "
                       f"(limit {limits.corrected_ecc}): the memory is weakening")
-    if _became(before, now, "retired_pages", "pending"):
+    if _get(now, "retired_pages", "pending") is True:
+        # A condition, on every look while it lasts: a restart of the engine does not clear it.
         yield Finding(UNHEALTHY, "retirement_pending", at,
                       f"{at}: a page retirement is pending: the bad memory stays in use until "
                       "the GPU is reset; drain the node and reset the GPU or reboot")
@@ -111,10 +115,10 @@ def _gpu_findings(
     if rise:
         yield Finding(DEGRADED, "pages_retired_single_bit", at,
                       f"{at}: {rise} page(s) newly retired for single-bit errors")
-    if _became(before, now, "remapped_rows", "failure"):
+    if _get(now, "remapped_rows", "failure") is True:
         yield Finding(UNHEALTHY, "row_remap_failure", at,
                       f"{at}: a row remapping failed: the memory cannot repair itself any more")
-    if _became(before, now, "remapped_rows", "pending"):
+    if _get(now, "remapped_rows", "pending") is True:
         yield Finding(DEGRADED, "row_remap_pending", at,
                       f"{at}: a row remap is pending until the GPU is reset")
     reasons = set(now.get("throttle_reasons") or [])
@@ -167,24 +171,35 @@ def compare(
     findings: list[Finding] = []
     current = {gpu_key(gpu): gpu for gpu in now.get("gpus") or []}
     previous = {gpu_key(gpu): gpu for gpu in (before or {}).get("gpus") or []}
+    lost = {gpu.get("index"): gpu for gpu in current.values() if is_lost(gpu)}
     for key, gpu in previous.items():
-        if key not in current:
+        if key not in current and gpu.get("index") not in lost:
             findings.append(Finding(UNHEALTHY, "gpu_lost", _label(gpu),
                                     f"{_label(gpu)} is gone: NVML no longer sees it (fallen off "
                                     "the bus?); drain the node, then reseat or replace the card"))
     for key, gpu in current.items():
+        if is_lost(gpu):
+            # Counted but unreachable: one finding on every look while it lasts; its other
+            # readings are unknown, not zero.
+            findings.append(Finding(UNHEALTHY, "gpu_lost", _label(gpu),
+                                    f"{_label(gpu)} is lost: the driver counts it but NVML "
+                                    "answers \"GPU is lost\" (Xid 79, fallen off the bus); "
+                                    "drain the node and reboot it"))
+            continue
         findings.extend(_gpu_findings(previous.get(key) or _baseline(gpu), gpu, limits))
     if before is not None:
         findings.extend(_xid_findings(before, now))
     return findings
 
 
+def is_lost(gpu: dict[str, Any]) -> bool:
+    """A GPU NVML counts but cannot read (GPU_IS_LOST, or no handle at all)."""
+    return bool(gpu.get("lost")) or gpu.get("reachable") is False
+
+
 def _baseline(gpu: dict[str, Any]) -> dict[str, Any]:
-    """The previous reading a GPU's first look compares with: its own counters, no flags."""
-    return {"ecc": gpu.get("ecc"),
-            "retired_pages": {**(gpu.get("retired_pages") or {}), "pending": None},
-            "remapped_rows": {**(gpu.get("remapped_rows") or {}), "failure": None,
-                              "pending": None}}
+    """The previous reading a GPU's first look compares with: its own counters."""
+    return {"ecc": gpu.get("ecc"), "retired_pages": gpu.get("retired_pages")}
 
 
 def verdict(findings: Iterable[Finding]) -> str:

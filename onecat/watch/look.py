@@ -33,6 +33,7 @@ from .probe import ProbeResult, probe
 EXIT_HEALTHY, EXIT_FINDINGS, EXIT_CANNOT_READ = 0, 1, 2
 STATE_FILE = "last-readings.json"
 ACTION_FILE = "action.json"
+LAST_SUCCESS_FILE = "last-success"
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
@@ -191,7 +192,9 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
             answer_agent(acting.agent_file, decided.answer, acting.ready_hold_s)
         mode = decided.state["mode"]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    write_atomic(state_dir / LAST_SUCCESS_FILE, f"{now:.0f}\n", 0o600)
     document = {"verdict": result, "at": stamp, "first_look": previous is None, "mode": mode,
+                "last_success": stamp,
                 "transitions": transitions,
                 "gpus": len(readings.get("gpus") or []),
                 **summary(readings),
@@ -204,5 +207,44 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
         write_atomic(metrics_file, render(
             readings, result, findings,
             probe_ok=all(r.ok for r in results) if results else None,
-            probe_seconds=sum(r.seconds for r in results) if results else None, mode=mode))
+            probe_seconds=sum(r.seconds for r in results) if results else None, mode=mode,
+            last_success=now))
     return result, findings, transitions
+
+
+def _last_success(state_dir: Path) -> float | None:
+    try:
+        return float((state_dir / LAST_SUCCESS_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def cannot_look(why: str, state_dir: Path, verdict_file: Path, metrics_file: Path | None,
+                acting: Acting | None = None, now: float | None = None) -> list[str]:
+    """A look that could not complete (NVML failed, the GPU driver is gone, an exception):
+    the watch fails closed. The verdict says "cannot look: <why>", the gateway agent answers
+    `drain` (acting), and the metrics say the watch is down, with its last success. The last
+    good readings stay the baseline of the next complete look. Returns the transitions."""
+    now = time.time() if now is None else now
+    why = " ".join(why.split())[:300]
+    findings = [Finding(UNHEALTHY, act.CANNOT_LOOK, None, f"the watch cannot look: {why}")]
+    mode, transitions = None, []
+    if acting is not None:
+        decided = act.step(_read_json(state_dir / ACTION_FILE), findings, now, acting.policy)
+        transitions = decided.transitions
+        write_atomic(state_dir / ACTION_FILE, json.dumps(decided.state, sort_keys=True) + "\n",
+                     0o600)
+        if acting.agent_file is not None:
+            answer_agent(acting.agent_file, decided.answer, acting.ready_hold_s)
+        mode = decided.state["mode"]
+    last = _last_success(state_dir)
+    document = {"verdict": UNHEALTHY, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+                "cannot_look": why, "mode": mode, "transitions": transitions,
+                "last_success": None if last is None else time.strftime(
+                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime(last)),
+                "findings": [finding.as_dict() for finding in findings], "probe": None}
+    write_atomic(verdict_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
+    if metrics_file is not None and metrics_file.parent.is_dir():
+        write_atomic(metrics_file, render({}, UNHEALTHY, findings, mode=mode, up=False,
+                                          last_success=last))
+    return transitions

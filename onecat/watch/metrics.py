@@ -25,9 +25,19 @@ def _labels(**labels: str) -> str:
 
 def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
            probe_ok: bool | None = None, probe_seconds: float | None = None,
-           mode: str | None = None) -> str:
-    """The metrics file's text for one look at the node."""
+           mode: str | None = None, up: bool = True,
+           last_success: float | None = None) -> str:
+    """The metrics file's text for one look at the node; `up` is False for a look that could
+    not complete (then `readings` is empty and only the watch's own state is written)."""
     lines = [
+        "# HELP onecat_watch_up Whether the watch's last look completed (1) or could not "
+        "read the node (0).",
+        "# TYPE onecat_watch_up gauge",
+        f"onecat_watch_up {int(up)}",
+        "# HELP onecat_watch_last_success_timestamp_seconds When the watch last completed a "
+        "look (Unix time; 0 never): alert when it falls behind by a few intervals.",
+        "# TYPE onecat_watch_last_success_timestamp_seconds gauge",
+        f"onecat_watch_last_success_timestamp_seconds {last_success or 0:.0f}",
         "# HELP onecat_node_verdict The watch's verdict: 0 healthy, 1 degraded, 2 unhealthy.",
         "# TYPE onecat_node_verdict gauge",
         f"onecat_node_verdict {RANK[verdict]}",

@@ -69,12 +69,56 @@ def test_looks_in_sequence(libdir: Path, tmp_path: Path) -> None:
     assert verdict is not None and "gpu_lost" in [f["code"] for f in verdict["findings"]]
 
 
-def test_no_driver_exits_2_and_keeps_the_last_verdict(libdir: Path, tmp_path: Path) -> None:
-    assert _look(libdir, "healthy_pcie_pair", tmp_path)[0] == 0
-    rc, out, verdict = _look(libdir, "driver_not_loaded", tmp_path)
+def test_a_look_that_cannot_complete_fails_closed_and_the_node_comes_back(
+        libdir: Path, tmp_path: Path) -> None:
+    """No driver (NVML cannot start): exit 2, a verdict that says "cannot look", the agent
+    answers drain, the metrics say the watch is down with its last success; the next complete
+    look that finds nothing puts the node back (blindness alone never holds it)."""
+    agent = tmp_path / "agent"
+    acting = ["--act", "--agent-file", str(agent), "--ready-hold", "0"]
+    assert _look(libdir, "healthy_pcie_pair", tmp_path, *acting)[0] == 0
+    assert agent.read_text() == "up\n"
+    rc, out, verdict = _look(libdir, "driver_not_loaded", tmp_path, *acting)
     assert rc == 2, out
-    assert "NVIDIA driver not loaded" in out
-    assert verdict is not None and verdict["verdict"] == "healthy"
+    assert "cannot look at" in out and "NVIDIA driver not loaded" in out
+    assert verdict is not None and verdict["verdict"] == "unhealthy"
+    assert verdict["cannot_look"].startswith("NVIDIA driver not loaded: NVML error 9")
+    assert verdict["mode"] == "draining" and verdict["last_success"]
+    assert agent.read_text().startswith("drain #onecat-watch: the watch cannot look: NVIDIA")
+    metrics = (tmp_path / "textfile" / "onecat.prom").read_text()
+    assert "onecat_watch_up 0" in metrics and "onecat_node_verdict 2" in metrics
+    assert "onecat_watch_last_success_timestamp_seconds 0" not in metrics
+    # Still blind: still drained, never held for it.
+    rc, _, verdict = _look(libdir, "driver_not_loaded", tmp_path, *acting)
+    assert rc == 2 and verdict is not None and verdict["mode"] == "draining"
+    rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *acting)
+    assert rc == 0, out
+    assert verdict is not None and verdict["mode"] == "in"
+    assert "draining -> in: the watch can look again and finds nothing wrong" in out
+    assert agent.read_text() == "up\n"
+    assert "onecat_watch_up 1" in (tmp_path / "textfile" / "onecat.prom").read_text()
+
+
+def test_a_lost_gpu_still_counted_keeps_the_node_out_on_every_look(
+        libdir: Path, tmp_path: Path) -> None:
+    """Xid 79: the driver still counts GPU 1 but NVML answers GPU_IS_LOST for it. Every look
+    says so (a condition, not an event), and the look does not crash."""
+    assert _look(libdir, "healthy_pcie_pair", tmp_path)[0] == 0
+    for _ in range(2):
+        rc, out, verdict = _look(libdir, "gpu_lost", tmp_path)
+        assert rc == 1, out
+        assert verdict is not None and verdict["verdict"] == "unhealthy"
+        lost = [f for f in verdict["findings"] if f["code"] == "gpu_lost"]
+        assert len(lost) == 1 and "is lost: the driver counts it" in lost[0]["message"], verdict
+
+
+def test_a_pending_retirement_is_reported_while_it_lasts(libdir: Path, tmp_path: Path) -> None:
+    """NVIDIA: a page stays pending until the GPU is reset; DCGM reports it on every check."""
+    for _ in range(2):
+        rc, out, verdict = _look(libdir, "retired_page_pending", tmp_path)
+        assert rc == 1, out
+        assert verdict is not None
+        assert [f["code"] for f in verdict["findings"]] == ["retirement_pending"], verdict
 
 
 def test_the_quality_probe_catches_a_card_that_starts_answering_garbage(

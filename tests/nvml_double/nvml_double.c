@@ -15,6 +15,10 @@
  * Timelines: `key@<seconds> = value` takes effect once that many seconds have
  * passed since nvmlInit (an ECC counter rising under load, a throttle reason
  * appearing, a GPU falling off the bus: `device_count@30 = 1`).
+ * `gpu.<i>.lost = 1` is a GPU the driver lost (Xid 79) but still counts: nvml.h says
+ * nvmlDeviceGetHandleByIndex and every per-device call answer NVML_ERROR_GPU_IS_LOST
+ * (15) "if the target GPU has fallen off the bus or is otherwise inaccessible", while
+ * nvmlDeviceGetCount keeps counting it until the driver reloads.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -30,6 +34,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_ERROR_UNKNOWN 999
 
@@ -237,6 +242,14 @@ static nvmlReturn_t copy_out(const char *value, char *buf, unsigned int length) 
     return NVML_SUCCESS;
 }
 
+/* A GPU lost to the driver: still counted, every call on it answers GPU_IS_LOST. */
+static int gpu_lost(unsigned int index) {
+    char key[64];
+    unsigned long long lost = 0;
+    snprintf(key, sizeof key, "gpu.%u.lost", index);
+    return get_ull(key, &lost) == NVML_SUCCESS && lost != 0;
+}
+
 /* Every entry point: initialised?, a valid handle?, a fault injected? */
 static nvmlReturn_t enter(const char *fn, nvmlDevice_t d) {
     if (init_refcount == 0) return NVML_ERROR_UNINITIALIZED;
@@ -244,6 +257,7 @@ static nvmlReturn_t enter(const char *fn, nvmlDevice_t d) {
     unsigned long long code;
     if (d) {
         if (d < devices || d >= devices + device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+        if (gpu_lost(d->index)) return NVML_ERROR_GPU_IS_LOST;
         snprintf(key, sizeof key, "gpu.%u.fail.%s", d->index, fn);
         if (get_ull(key, &code) == NVML_SUCCESS) return (nvmlReturn_t)code;
     }
@@ -376,6 +390,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     ENTER(NULL);
     NEED(device);
     if (index >= device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpu_lost(index)) return NVML_ERROR_GPU_IS_LOST;
     *device = &devices[index];
     return NVML_SUCCESS;
 }

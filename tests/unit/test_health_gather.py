@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from onecat.health.judge import label
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
 import nvml_double_harness as double
 
@@ -60,6 +62,8 @@ EXPECTED = {
         (W, "xid", 0), (E, "xid", 1), (E, "xid", 1),
     ]),
     "thermal_slowdown": ("degraded", [(W, "temperature", 1), (W, "throttle", 1)]),
+    # Still counted, but its handle answers GPU_IS_LOST: one reason for it, not a crash.
+    "gpu_lost": ("unhealthy", [(E, "gpu_lost", 1), (E, "xid", None)]),
     # Read at once after nvmlInit, as the deploy's health check reads: its errors come later.
     "ecc_rises_under_load": ("healthy", []),
 }
@@ -78,9 +82,7 @@ def test_scenario_verdict_and_exact_problems(libdir: Path, scenario: str) -> Non
     by_index = {gpu["index"]: gpu for gpu in facts["gpus"]}
     for problem in facts["problems"]:
         if problem["gpu"] is not None:
-            gpu = by_index[problem["gpu"]]
-            assert f"GPU {gpu['index']} ({gpu['pci_bus_id']}, serial {gpu['serial']})" in (
-                problem["message"])
+            assert label(by_index[problem["gpu"]]) in problem["message"]
 
 
 def test_healthy_pcie_pair_readings_are_exact(libdir: Path) -> None:
@@ -115,6 +117,7 @@ def test_healthy_pcie_pair_readings_are_exact(libdir: Path) -> None:
         "display_mode": False,
         "processes": [],
         "read_errors": [],
+        "lost": False,
     }
     assert facts["pairs"] == [{
         "gpus": [0, 1], "topology": "PHB", "pcie_path": "PHB", "nvlinks": None,
@@ -233,7 +236,9 @@ def test_other_nvml_errors_on_a_field_become_problems(libdir: Path, tmp_path: Pa
     assert facts["gpus"][1]["read_errors"] == [
         {"field": "temperature_c", "code": 15, "error": "GPU is lost"},
     ]
-    assert problems(facts) == [(W, "nvml_read", 0), (E, "nvml_read", 1)]
+    # GPU_IS_LOST on any call means the GPU is lost: that one reason, not a read error.
+    assert facts["gpus"][1]["lost"] and not facts["gpus"][0]["lost"]
+    assert problems(facts) == [(W, "nvml_read", 0), (E, "gpu_lost", 1)]
 
 
 # python -m onecat.health: what an operator runs on a node.

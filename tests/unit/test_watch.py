@@ -192,3 +192,22 @@ def test_the_probe_waits_while_a_deploy_changes_the_unit(tmp_path) -> None:
     assert serving_probe(record, ["p"], tmp_path / "refs.json", "k", unit_dir=tmp_path) is None
     record.write_text("{not json")
     assert serving_probe(record, ["p"], tmp_path / "refs.json", "k", unit_dir=tmp_path) is None
+
+
+# ---- conditions that last (issue: a pending retirement is not an event) ----------------
+
+def test_conditions_are_findings_on_every_look_while_they_last() -> None:
+    from onecat.watch.deltas import compare
+
+    gpu = {"index": 0, "uuid": "GPU-a", "pci_bus_id": "00000000:3B:00.0",
+           "ecc": {"volatile": {"corrected": 0, "uncorrected": 0}},
+           "retired_pages": {"single_bit": 0, "double_bit": 0, "pending": True},
+           "remapped_rows": {"pending": None, "failure": None}}
+    readings = {"gpus": [gpu]}
+    assert [f.code for f in compare(None, readings)] == ["retirement_pending"]
+    assert [f.code for f in compare(readings, readings)] == ["retirement_pending"]
+    lost = {"gpus": [{"index": 0, "uuid": None, "pci_bus_id": None, "reachable": False,
+                      "lost": True}]}
+    # The GPU that was readable last time is the lost one now: one finding, not "gone" too.
+    assert [f.code for f in compare(readings, lost)] == ["gpu_lost"]
+    assert [f.code for f in compare(lost, lost)] == ["gpu_lost"]

@@ -118,3 +118,26 @@ def test_a_failed_restart_holds_the_node_out() -> None:
     assert held.state["mode"] == act.HELD and not held.restart_engine
     assert held.answer == "maint down #onecat-watch held: the engine restart failed: " \
                           "Unit vllm.service not found."
+
+
+BLIND = Finding(UNHEALTHY, act.CANNOT_LOOK, None, "the watch cannot look: NVML failed")
+
+
+def test_a_watch_that_cannot_look_drains_and_stays_drained_but_never_holds_for_it() -> None:
+    actions = _run([(0, [BLIND]), (60, [BLIND]), (120, [BLIND]), (180, []), (240, [])])
+    assert [a.state["mode"] for a in actions] == [
+        act.DRAINING, act.DRAINING, act.DRAINING, act.IN, act.IN]
+    assert actions[0].answer.startswith("drain #onecat-watch: the watch cannot look")
+    assert not any(a.restart_engine for a in actions)
+    assert actions[3].answer == "ready up"
+    assert actions[3].transitions == ["draining -> in: the watch can look again and finds "
+                                      "nothing wrong"]
+
+
+def test_a_blind_node_that_sees_a_fault_again_is_judged_like_any_fault() -> None:
+    _blind, seen, restarted, back = _run([(0, [BLIND]), (60, [ECC]), (120, []), (180, [])])
+    assert seen.state["mode"] == act.DRAINING and seen.state["restartable"]
+    assert seen.transitions == [f"draining -> draining: {ECC.message}"]
+    assert restarted.restart_engine and back.state["mode"] == act.IN
+    held = _run([(0, [BLIND]), (60, [LOST]), (120, [LOST])])
+    assert [a.state["mode"] for a in held] == [act.DRAINING, act.DRAINING, act.HELD]
