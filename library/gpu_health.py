@@ -98,10 +98,13 @@ options:
     type: bool
     default: true
   xid_error_codes:
-    description: Xid codes that are errors; every other Xid is a warning.
+    description:
+      - Xid codes that are errors; every other Xid is a warning.
+      - "Default, the error codes of onecat's one Xid table (C(onecat/health/xid.py), each
+        code's severity from NVIDIA's Xid catalog, DCGM and gpud, cited there):
+        46, 48, 61, 62, 64, 74, 79, 95, 119."
     type: list
     elements: int
-    default: [48, 62, 63, 64, 74, 79, 92, 94, 95]
   kernel_log_path:
     description:
       - File holding the kernel log of the current boot to scan for Xid events.
@@ -200,7 +203,13 @@ import platform
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.onecat.health.judge import Thresholds, fails, judge, summary
+from ansible.module_utils.onecat.health.judge import (
+    XID_ERROR_CODES,
+    Thresholds,
+    fails,
+    judge,
+    summary,
+)
 from ansible.module_utils.onecat.health.nvml import (
     NvmlUnavailable,
     gather,
@@ -233,9 +242,7 @@ ARGUMENT_SPEC = {
     "allowed_processes": {"type": "list", "elements": "str", "default": []},
     "max_temperature_c": {"type": "int", "default": 85},
     "check_xid": {"type": "bool", "default": True},
-    "xid_error_codes": {
-        "type": "list", "elements": "int", "default": [48, 62, 63, 64, 74, 79, 92, 94, 95],
-    },
+    "xid_error_codes": {"type": "list", "elements": "int", "default": list(XID_ERROR_CODES)},
     "kernel_log_path": {"type": "path"},
     "fail_on": {"type": "str", "choices": ["error", "warning", "never"], "default": "error"},
 }

@@ -23,58 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .xid import ERROR_CODES as XID_ERROR_CODES
+from .xid import TABLE as XID_TABLE
+
 ERROR = "error"
 WARNING = "warning"
 
-# Xid codes that mean broken hardware (or a wedged GPU), not an application bug.
-XID_ERROR_CODES = (46, 48, 54, 56, 57, 58, 62, 63, 64, 74, 79, 92, 94, 95, 154)
-
-XID_DESCRIPTIONS = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup after an earlier error",
-    # NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); NVIDIA Health Validation rates
-    # 46 critical (drain, reset). UNCONFIRMED wording for Volta: the older-GPU catalog page
-    # could not be read; codes and meanings follow the current catalog.
-    46: "GPU stopped processing",
-    48: "double-bit ECC error",
-    54: "auxiliary power is not connected to the GPU board",
-    56: "display engine error",
-    57: "error programming video memory interface",
-    58: "unstable video memory interface detected (EDC error)",
-    61: "internal micro-controller breakpoint",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping event",
-    64: "ECC page retirement or row remapping failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    154: "GPU recovery action changed (the driver asks for a reset, reboot or drain)",
-}
-
-XID_ADVICE = {
-    46: "drain the node and reset the GPU (or reboot); replace the card if it repeats",
-    54: "connect the card's auxiliary power cables (8-pin/EPS), then reboot",
-    56: "reset the GPU or reboot; a V100 drives no display, so check for a monitor on it",
-    57: "the memory interface failed to train: reboot, and replace the card if it repeats",
-    58: "the memory interface is unstable: drain the node, reboot, and replace the card if it "
-        "repeats",
-    154: "do what the log line after it asks (GPU reset, node reboot or drain), then re-run the "
-         "health check",
-    48: "check the ECC counters and retired pages; replace the card if errors return",
-    62: "reset the GPU or reboot; on PCIe-only pairs serve TP2 with --disable-custom-all-reduce",
-    63: "reboot so the retirement takes effect, then re-run the health check",
-    64: "the memory repair failed: take the card out of service and replace it",
-    74: "reseat the NVLink bridge (or check the SXM2 board), then reset the GPU",
-    79: "reseat the card, check its power cables and riser, then reboot",
-    92: "the memory is wearing out: plan a replacement",
-    94: "reset the GPU or reboot; replace the card if it repeats",
-    95: "drain the node, reboot, and replace the card if it repeats",
-}
+# Xid codes that mean broken hardware (or a wedged GPU): onecat's one Xid table.
+XID_DESCRIPTIONS = {code: entry.meaning for code, entry in XID_TABLE.items()}
+XID_ADVICE = {code: entry.advice for code, entry in XID_TABLE.items()}
 
 # Clock-event reasons that mean the GPU is being held down by heat or power.
 SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",

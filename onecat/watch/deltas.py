@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from onecat.health import xid
+
 HEALTHY = "healthy"
 DEGRADED = "degraded"
 UNHEALTHY = "unhealthy"
@@ -32,8 +34,8 @@ CONDITIONS = frozenset(("gpu_lost", "retirement_pending", "row_remap_failure",
 # that brakes under load is drained (DCGM reports both as power/thermal violations).
 FAILING_THROTTLE = ("hw_slowdown", "hw_power_brake_slowdown")
 WARNING_THROTTLE = ("hw_thermal_slowdown", "sw_thermal_slowdown")
-# NVIDIA's Xid catalog: codes that mean the card (or its memory) failed, as the health judge.
-FATAL_XIDS = frozenset((46, 48, 54, 56, 57, 58, 62, 63, 64, 74, 79, 92, 94, 95, 154))
+# Codes that mean the card (or its memory) failed: onecat's one Xid table, as the health judge.
+FATAL_XIDS = frozenset(xid.ERROR_CODES)
 
 
 @dataclass(frozen=True)

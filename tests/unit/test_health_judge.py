@@ -193,11 +193,21 @@ def test_lifetime_ecc_is_an_error_when_a_page_is_pending_or_the_present_is_unkno
     assert checks(judge(unknown)) == [(E, "ecc_aggregate_uncorrected", 0)]
 
 
-@pytest.mark.parametrize("code", [46, 54, 56, 57, 58, 154])
-def test_xid_codes_from_nvidias_catalog_are_errors(code: int) -> None:
+@pytest.mark.parametrize("code", [46, 48, 61, 62, 64, 74, 79, 95, 119])
+def test_xid_codes_that_mean_a_failed_card_are_errors(code: int) -> None:
     readings = node(xid=[xid(code, 0, "00000000:3B:00.0")])
     [problem] = judge(readings)["problems"]
     assert (problem["severity"], problem["check"]) == (E, "xid")
+    assert "see NVIDIA's Xid catalog" not in problem["message"]
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 54, 56, 57, 58, 63, 92, 94, 154])
+def test_xid_codes_nvidia_and_dcgm_do_not_fail_are_warnings(code: int) -> None:
+    """NVIDIA's catalog says IGNORE (63, 92), RESTART_APP (13, 31, 94), a physical check (54)
+    or follow another Xid (45, 154); DCGM only warns: the node keeps serving."""
+    readings = node(xid=[xid(code, 0, "00000000:3B:00.0")])
+    [problem] = judge(readings)["problems"]
+    assert (problem["severity"], problem["check"]) == (W, "xid")
     assert "see NVIDIA's Xid catalog" not in problem["message"]
 
 
