@@ -100,11 +100,11 @@ options:
   xid_error_codes:
     description:
       - Xid codes that are errors; every other Xid is a warning.
-      - "Default, the error codes of onecat's one Xid table (C(onecat/health/xid.py), each
-        code's severity from NVIDIA's Xid catalog, DCGM and gpud, cited there):
-        46, 48, 61, 62, 64, 74, 79, 95, 119."
+      - The default is the error codes of onecat's one Xid table (C(onecat/health/xid.py),
+        each code's severity from NVIDIA's Xid catalog, DCGM and gpud, cited there).
     type: list
     elements: int
+    default: [46, 48, 61, 62, 64, 74, 79, 95, 119]
   kernel_log_path:
     description:
       - File holding the kernel log of the current boot to scan for Xid events.
