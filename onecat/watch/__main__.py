@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -84,12 +85,35 @@ def _release(args: argparse.Namespace) -> int:
     return EXIT_HEALTHY
 
 
+# systemd.time(7) units, in seconds; a bare number is seconds.
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60,
+          "min": 60, "minute": 60, "minutes": 60, "h": 3600, "hr": 3600, "hour": 3600,
+          "hours": 3600, "d": 86400, "day": 86400, "days": 86400, "w": 604800,
+          "week": 604800, "weeks": 604800}
+_SPAN = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)")
+
+
+def timespan_seconds(text: str) -> float:
+    """A systemd time span ("60s", "1h 30min", "8") in seconds; ValueError when it is not one."""
+    total, at = 0.0, 0
+    text = text.strip()
+    while at < len(text):
+        match = _SPAN.match(text, at)
+        if not match or match.group(2) not in ("", *_UNITS):
+            raise ValueError(f"{text!r} is not a systemd time span (e.g. 60s, 5min, 1h)")
+        total += float(match.group(1)) * _UNITS.get(match.group(2), 1)
+        at = match.end()
+    if total <= 0:
+        raise ValueError(f"{text!r} is not a positive time span")
+    return total
+
+
 def _blind(args: argparse.Namespace, why: str) -> int:
     """The look could not complete: say why, and fail closed (cannot_look drains the node)."""
     print(f"onecat watch: cannot look at {platform.node()}: {why}", file=sys.stderr)
     try:
         for line in cannot_look(why, args.state_dir, args.verdict_file, args.metrics_file,
-                                acting=_acting(args)):
+                                acting=_acting(args), stale_after_s=args.stale_after_s):
             print(f"{platform.node()}: watch: {line}")
     except OSError as error:
         print(f"onecat watch: cannot record that it cannot look: {error}", file=sys.stderr)
@@ -149,7 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--restart-grace", type=float, default=act.Policy.restart_grace_s,
                         metavar="SECONDS", help="how long a restarted engine may take to answer "
                                                 "(default %(default)s)")
+    parser.add_argument("--interval", metavar="TIMESPAN",
+                        help="the timer's interval (systemd time span: 60s, 5min, 1h): the "
+                             "verdict says it is stale after three of them without a look")
     args = parser.parse_args(argv)
+    try:
+        args.stale_after_s = 3 * timespan_seconds(args.interval) if args.interval else None
+    except ValueError as error:
+        parser.error(f"--interval: {error}")
     if args.release:
         return _release(args)
     if args.probe_url and not (args.probe_model and args.probe_prompts):
@@ -164,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result, findings, transitions = look(
             pynvml, args.state_dir, args.verdict_file, args.metrics_file, args.kernel_log,
-            quality=_probe(args), acting=_acting(args))
+            quality=_probe(args), acting=_acting(args), stale_after_s=args.stale_after_s)
     except NvmlUnavailable as error:
         return _blind(args, f"NVIDIA driver not loaded: NVML error {error.code}: {error.text}")
     except pynvml.NVMLError as error:

@@ -162,7 +162,8 @@ def serving_probe(record_file: Path, prompts: list[str], references_file: Path,
 def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | None,
          kernel_log_path: str | None = None, limits: Limits | None = None,
          now: float | None = None, quality: Probe | None = None,
-         acting: Acting | None = None) -> tuple[str, list[Finding], list[str]]:
+         acting: Acting | None = None,
+         stale_after_s: float | None = None) -> tuple[str, list[Finding], list[str]]:
     """One look: gather, compare with the previous look, probe, act, record.
 
     Returns the verdict, the findings and the transitions of the node's mode (acting).
@@ -194,7 +195,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     write_atomic(state_dir / LAST_SUCCESS_FILE, f"{now:.0f}\n", 0o600)
     document = {"verdict": result, "at": stamp, "first_look": previous is None, "mode": mode,
-                "last_success": stamp,
+                "last_success": stamp, "stale_after": _stale_after(now, stale_after_s),
                 "transitions": transitions,
                 "gpus": len(readings.get("gpus") or []),
                 **summary(readings),
@@ -212,6 +213,16 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
     return result, findings, transitions
 
 
+def _stamp(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _stale_after(now: float, stale_after_s: float | None) -> str | None:
+    """When this verdict is stale (three of the timer's intervals without a new look): what
+    `onecat status` compares with, so a watch that stopped does not look healthy forever."""
+    return None if stale_after_s is None else _stamp(now + stale_after_s)
+
+
 def _last_success(state_dir: Path) -> float | None:
     try:
         return float((state_dir / LAST_SUCCESS_FILE).read_text().strip())
@@ -220,7 +231,8 @@ def _last_success(state_dir: Path) -> float | None:
 
 
 def cannot_look(why: str, state_dir: Path, verdict_file: Path, metrics_file: Path | None,
-                acting: Acting | None = None, now: float | None = None) -> list[str]:
+                acting: Acting | None = None, now: float | None = None,
+                stale_after_s: float | None = None) -> list[str]:
     """A look that could not complete (NVML failed, the GPU driver is gone, an exception):
     the watch fails closed. The verdict says "cannot look: <why>", the gateway agent answers
     `drain` (acting), and the metrics say the watch is down, with its last success. The last
@@ -240,6 +252,7 @@ def cannot_look(why: str, state_dir: Path, verdict_file: Path, metrics_file: Pat
     last = _last_success(state_dir)
     document = {"verdict": UNHEALTHY, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
                 "cannot_look": why, "mode": mode, "transitions": transitions,
+                "stale_after": _stale_after(now, stale_after_s),
                 "last_success": None if last is None else time.strftime(
                     "%Y-%m-%dT%H:%M:%SZ", time.gmtime(last)),
                 "findings": [finding.as_dict() for finding in findings], "probe": None}

@@ -58,6 +58,16 @@ def _age(stamp: Any, now: float) -> str:
     return f"{seconds / 60:.0f} min ago" if seconds < 7200 else f"{seconds / 3600:.0f} h ago"
 
 
+def _past(stamp: Any, now: float) -> bool:
+    """Whether a verdict's `stale_after` time has passed (False when it has none)."""
+    if not isinstance(stamp, str):
+        return False
+    try:
+        return now > calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+    except (ValueError, OverflowError):
+        return False
+
+
 def _text(value: Any) -> str:
     return "-" if value is None else str(value)
 
@@ -113,6 +123,15 @@ def row(host: str, verdict: Any, node: Any, now: float, rollout: Any = None,
         why = ("no verdict file (watch not installed, or not looked yet)" if not verdict
                else "its verdict file is not a JSON object")
         return _empty(host, "unknown", why, serving, gateway)
+    watch = str(verdict.get("mode") or "-")
+    result = str(verdict.get("verdict"))
+    if verdict.get("cannot_look"):
+        watch = f"{watch}; cannot look: {verdict['cannot_look']}"
+    stale = _past(verdict.get("stale_after"), now)
+    if stale:
+        # The watch stopped (its timer, its unit, the node): what it said last is history.
+        result = "stale"
+        watch = f"stale: no look for three intervals (last said {verdict.get('verdict')})"
     probes = _records(verdict.get("probe"))
     probe = "-" if not probes else (
         "ok" if all(p.get("ok") for p in probes)
@@ -124,8 +143,7 @@ def row(host: str, verdict: Any, node: Any, now: float, rollout: Any = None,
     if gateway == "in" and mode not in (None, "in"):
         # The deploy keeps it in; the node's watch took it out (the agent answers for both).
         gateway = "draining (watch)" if mode == "draining" else f"out (watch: {mode})"
-    return {"node": host, "verdict": str(verdict.get("verdict")),
-            "watch": str(verdict.get("mode") or "-"), "serving": serving, "gateway": gateway,
+    return {"node": host, "verdict": result, "watch": watch, "serving": serving, "gateway": gateway,
             "last look": _age(verdict.get("at"), now), "probe": probe,
             "ECC c/u": _ecc(verdict.get("ecc_since_driver_load")),
             "max °C": _text(verdict.get("temperature_max_c")),

@@ -75,7 +75,7 @@ def test_a_look_that_cannot_complete_fails_closed_and_the_node_comes_back(
     answers drain, the metrics say the watch is down with its last success; the next complete
     look that finds nothing puts the node back (blindness alone never holds it)."""
     agent = tmp_path / "agent"
-    acting = ["--act", "--agent-file", str(agent), "--ready-hold", "0"]
+    acting = ["--act", "--agent-file", str(agent), "--ready-hold", "0", "--interval", "60s"]
     assert _look(libdir, "healthy_pcie_pair", tmp_path, *acting)[0] == 0
     assert agent.read_text() == "up\n"
     rc, out, verdict = _look(libdir, "driver_not_loaded", tmp_path, *acting)
@@ -84,6 +84,7 @@ def test_a_look_that_cannot_complete_fails_closed_and_the_node_comes_back(
     assert verdict is not None and verdict["verdict"] == "unhealthy"
     assert verdict["cannot_look"].startswith("NVIDIA driver not loaded: NVML error 9")
     assert verdict["mode"] == "draining" and verdict["last_success"]
+    assert verdict["stale_after"] > verdict["at"]  # --interval 60s: three minutes on
     assert agent.read_text().startswith("drain #onecat-watch: the watch cannot look: NVIDIA")
     metrics = (tmp_path / "textfile" / "onecat.prom").read_text()
     assert "onecat_watch_up 0" in metrics and "onecat_node_verdict 2" in metrics

@@ -155,3 +155,37 @@ def test_an_unreadable_rollout_leaves_the_table_without_it(tmp_path) -> None:
     assert newest_rollout(tmp_path) == ("", {})
     (tmp_path / "run" / "rollout.json").write_text('["a list"]')
     assert newest_rollout(tmp_path) == ("run", {})
+
+
+def test_a_watch_that_stopped_looking_is_stale_not_healthy() -> None:
+    """The verdict says when it goes stale (three of the timer's intervals): past that, the
+    last verdict is history, whatever it said."""
+    fresh = {**GOOD, "stale_after": "2026-12-03T17:02:30Z"}
+    assert row("fleet-a", fresh, None, NOW)["verdict"] == "healthy"
+    stopped = {**GOOD, "stale_after": "2026-12-03T16:59:59Z"}
+    cells = row("fleet-a", stopped, None, NOW)
+    assert cells["verdict"] == "stale"
+    assert cells["watch"] == "stale: no look for three intervals (last said healthy)"
+    assert row("fleet-a", {**GOOD, "stale_after": "soon"}, None, NOW)["verdict"] == "healthy"
+
+
+def test_a_look_that_could_not_complete_says_why() -> None:
+    blind = {"verdict": "unhealthy", "mode": "draining", "at": "2026-12-03T16:59:30Z",
+             "cannot_look": "NVML failed: GPU is lost", "findings": [
+                 {"message": "the watch cannot look: NVML failed: GPU is lost"}]}
+    cells = row("fleet-a", blind, {"serving": True, "in_rotation": True}, NOW)
+    assert cells["verdict"] == "unhealthy" and cells["gateway"] == "draining (watch)"
+    assert cells["watch"] == "draining; cannot look: NVML failed: GPU is lost"
+
+
+def test_the_timer_interval_is_read_as_systemd_reads_it() -> None:
+    import pytest
+
+    from onecat.watch.__main__ import timespan_seconds
+
+    assert timespan_seconds("60s") == 60 and timespan_seconds("1h") == 3600
+    assert timespan_seconds("1h 30min") == 5400 and timespan_seconds("8") == 8
+    assert timespan_seconds("2 weeks") == 2 * 604800 and timespan_seconds("1.5m") == 90
+    for bad in ("", "0s", "5 parsecs", "1h; rm -rf /", "-5s"):
+        with pytest.raises(ValueError):
+            timespan_seconds(bad)
