@@ -159,6 +159,25 @@ def serving_probe(record_file: Path, prompts: list[str], references_file: Path,
                  references_file, api_key, identity=identity)
 
 
+def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: float,
+         probe_unreachable: bool = False) -> tuple[str | None, list[str]]:
+    """Decide what to do about a look (act.step), do it, and record it: the engine restart,
+    the saved state, the gateway agent's answer. Returns the node's mode and transitions."""
+    if acting is None:
+        return None, []
+    decided = act.step(_read_json(state_dir / ACTION_FILE), findings, now, acting.policy,
+                       probe_unreachable=probe_unreachable)
+    if decided.restart_engine:
+        failure = acting.restart_engine()
+        if failure:
+            decided = act.restart_failed(decided, failure, now)
+    write_atomic(state_dir / ACTION_FILE, json.dumps(decided.state, sort_keys=True) + "\n",
+                 0o600)
+    if acting.agent_file is not None:
+        answer_agent(acting.agent_file, decided.answer, acting.ready_hold_s)
+    return decided.state["mode"], decided.transitions
+
+
 def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | None,
          kernel_log_path: str | None = None, limits: Limits | None = None,
          now: float | None = None, quality: Probe | None = None,
@@ -177,22 +196,9 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
         results, failed = run_probe(quality)
         findings += failed
     result = verdict(findings)
-    mode, transitions = None, []
-    if acting is not None:
-        unreachable = bool(results) and not any(r.reached for r in results)
-        decided = act.step(_read_json(state_dir / ACTION_FILE), findings, now, acting.policy,
-                           probe_unreachable=unreachable)
-        if decided.restart_engine:
-            failure = acting.restart_engine()
-            if failure:
-                decided = act.restart_failed(decided, failure, now)
-        transitions = decided.transitions
-        write_atomic(state_dir / ACTION_FILE, json.dumps(decided.state, sort_keys=True) + "\n",
-                      0o600)
-        if acting.agent_file is not None:
-            answer_agent(acting.agent_file, decided.answer, acting.ready_hold_s)
-        mode = decided.state["mode"]
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    unreachable = bool(results) and not any(r.reached for r in results)
+    mode, transitions = _act(acting, state_dir, findings, now, unreachable)
+    stamp = _stamp(now)
     write_atomic(state_dir / LAST_SUCCESS_FILE, f"{now:.0f}\n", 0o600)
     document = {"verdict": result, "at": stamp, "first_look": previous is None, "mode": mode,
                 "last_success": stamp, "stale_after": _stale_after(now, stale_after_s),
@@ -240,21 +246,11 @@ def cannot_look(why: str, state_dir: Path, verdict_file: Path, metrics_file: Pat
     now = time.time() if now is None else now
     why = " ".join(why.split())[:300]
     findings = [Finding(UNHEALTHY, act.CANNOT_LOOK, None, f"the watch cannot look: {why}")]
-    mode, transitions = None, []
-    if acting is not None:
-        decided = act.step(_read_json(state_dir / ACTION_FILE), findings, now, acting.policy)
-        transitions = decided.transitions
-        write_atomic(state_dir / ACTION_FILE, json.dumps(decided.state, sort_keys=True) + "\n",
-                     0o600)
-        if acting.agent_file is not None:
-            answer_agent(acting.agent_file, decided.answer, acting.ready_hold_s)
-        mode = decided.state["mode"]
+    mode, transitions = _act(acting, state_dir, findings, now)
     last = _last_success(state_dir)
-    document = {"verdict": UNHEALTHY, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-                "cannot_look": why, "mode": mode, "transitions": transitions,
-                "stale_after": _stale_after(now, stale_after_s),
-                "last_success": None if last is None else time.strftime(
-                    "%Y-%m-%dT%H:%M:%SZ", time.gmtime(last)),
+    document = {"verdict": UNHEALTHY, "at": _stamp(now), "cannot_look": why, "mode": mode,
+                "transitions": transitions, "stale_after": _stale_after(now, stale_after_s),
+                "last_success": None if last is None else _stamp(last),
                 "findings": [finding.as_dict() for finding in findings], "probe": None}
     write_atomic(verdict_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
     if metrics_file is not None and metrics_file.parent.is_dir():
