@@ -54,9 +54,10 @@ def gateway_markdown(gateways: list[NodeResult], nodes: list[NodeResult]) -> str
     lines = ["## Through the gateway (the fleet as one endpoint)", ""]
     for run in gateways:
         first = next(iter(run.levels.values()))
-        lines += [f"Run `{run.host}` against {first.get('url', 'the gateway')}: model "
-                  f"`{first.get('model', '?')}`, {first.get('input_len', '?')} prompt tokens, "
-                  f"{first.get('output_len', '?')} output tokens per request.", "",
+        lines += [f"Run `{one_line(run.host)}` against {one_line(first.get('url', 'the gateway'))}"
+                  f": model `{one_line(first.get('model', '?'))}`, "
+                  f"{one_line(first.get('input_len', '?'))} prompt tokens, "
+                  f"{one_line(first.get('output_len', '?'))} output tokens per request.", "",
                   "| c | completed | failed | output tok/s | total tok/s | TTFT p50 ms "
                   "| TTFT p99 ms | TPOT p50 ms |",
                   "|---:|---:|---:|---:|---:|---:|---:|---:|"]

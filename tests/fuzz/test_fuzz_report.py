@@ -79,3 +79,45 @@ def test_fuzz_report_inputs(files: dict[str, dict[str, str]]) -> None:
             return
         assert json.loads((out / "report.json").read_text()) == document
         assert (out / "report.md").read_text().startswith("# Fleet benchmark")
+
+
+# The report's newer inputs: rollout.json (the hosts' stages and reasons, node-derived text)
+# and a run through the gateway (gateway-share.json, from HAProxy's stats page).
+ROLLOUT = {"run_id": "20261203T000000Z-abc1234", "hosts": [
+    {"host": "node1", "stage": "serve", "status": "ok", "serving": True, "in_rotation": True,
+     "reasons": []},
+    {"host": "node3", "stage": "health", "status": "held at health", "serving": None,
+     "in_rotation": None, "reasons": ["GPU 1 has 1 uncorrectable ECC error"]}]}
+SHARE = {"backend": "onecat_nodes", "total": 16, "timed_requests": 16, "servers": {
+    "node1": {"requests": 8, "share": 0.5, "status": "UP"},
+    "node3": {"requests": 8, "share": 0.5, "status": "MAINT"}}}
+
+
+@settings(max_examples=examples(80))
+@given(rollout=st.just(ROLLOUT) | mutated(ROLLOUT, max_edits=3) | JSON,
+       share=st.just(SHARE) | mutated(SHARE, max_edits=3) | JSON,
+       url=st.text(max_size=30))
+@example(rollout={"hosts": [{"host": "node3", "stage": "\x1b[2Jx\n| evil |", "reasons": [5]}]},
+         share={"total": 1, "servers": {"node1\n## x": {"requests": 1, "share": 1.0,
+                                                       "status": "\x07UP"}}}, url="\x1b]0;t\x07")
+@fuzz("report: rollout.json and a run through the gateway")
+def test_fuzz_report_stages_and_gateway_run(rollout: object, share: object, url: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = Path(tmp) / "results" / "20261203T000000Z-abc1234"
+        for host in ("node1", "node3", "gateway"):
+            (run / host).mkdir(parents=True)
+        (run / "node1" / "bench-c1.json").write_text(dumps(LEVEL))
+        (run / "gateway" / "bench-c1.json").write_text(dumps({**LEVEL, "url": url}))
+        (run / "gateway" / "gateway-share.json").write_text(dumps(share))
+        (run / "rollout.json").write_text(dumps(rollout))
+        out = Path(tmp) / "report"
+        try:
+            document = make_report(run, out, plots=False)
+        except ReportError as error:
+            assert "\n" not in str(error)
+            assert not out.exists() or not any(out.iterdir()), "half-written report"
+            return
+        assert json.loads((out / "report.json").read_text()) == document
+        markdown = (out / "report.md").read_text()
+        # Node- and server-written text is one printable line wherever it lands.
+        assert all(ch.isprintable() or ch == "\n" for ch in markdown), markdown
