@@ -104,12 +104,22 @@ def render_table(summary: Mapping[str, Any]) -> str:
     for row in summary["hosts"]:
         lines.append(
             f"{row['host']:<20} {row['stage']:<10} {row['status']:<18} "
-            f"{row['verdict'] or '-':<10} {_yes_no(row['serving']):<8} "
-            f"{'yes' if row['rolled_back'] else 'no':<12} {_yes_no(row.get('in_rotation'))}"
+            f"{row['verdict'] or '-':<10} {yes_no(row['serving']):<8} "
+            f"{'yes' if row['rolled_back'] else 'no':<12} {yes_no(row.get('in_rotation'))}"
         )
         lines.extend(f"    - {reason}" for reason in row["reasons"])
     return "\n".join(lines)
 
 
-def _yes_no(value: bool | None) -> str:
+def yes_no(value: object) -> str:
     return "-" if value is None else ("yes" if value else "no")
+
+
+def rows_by_host(document: Any) -> dict[str, dict[str, Any]]:
+    """A rollout.json document's rows by host name; rows of the wrong shape are left out
+    (the file is read back by `onecat report` and `onecat status`)."""
+    hosts = document.get("hosts") if isinstance(document, Mapping) else None
+    if not isinstance(hosts, list):
+        return {}
+    return {row["host"]: row for row in hosts
+            if isinstance(row, dict) and isinstance(row.get("host"), str)}

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onecat.fleet.rollout import rows_by_host
+
 LEVEL_FILE = re.compile(r"^bench-c(\d+)\.json$")
 
 
@@ -129,13 +131,9 @@ def _rollout_rows(run_dir: Path, warnings: list[str]) -> dict[str, dict]:
     if not path.is_file():
         return {}
     data = _read_json(path, warnings)
-    rows = (data or {}).get("hosts")
-    if not isinstance(rows, list):
-        if data is not None:
-            warnings.append(f"skipped {path}: no list of hosts")
-        return {}
-    return {str(row["host"]): row for row in rows
-            if isinstance(row, dict) and isinstance(row.get("host"), str)}
+    if data is not None and not isinstance(data.get("hosts"), list):
+        warnings.append(f"skipped {path}: no list of hosts")
+    return rows_by_host(data)
 
 
 def _share(path: Path, warnings: list[str]) -> dict | None:

@@ -6,11 +6,8 @@ written (a deploy without the benchmark stage has no bench-c<N>.json per node).
 
 from __future__ import annotations
 
+from onecat.fleet.rollout import yes_no
 from onecat.text import one_line
-
-
-def _yes_no(value: object) -> str:
-    return "-" if value is None else ("yes" if value else "no")
 
 
 def _names(hosts: list[str]) -> str:
@@ -25,8 +22,8 @@ def stages_markdown(stages: dict[str, dict]) -> str:
     for host, row in sorted(stages.items()):
         reasons = row.get("reasons") if isinstance(row.get("reasons"), list) else []
         lines.append(f"| {one_line(host)} | {one_line(row.get('stage', '-'))} "
-                     f"| {one_line(row.get('status', '-'))} | {_yes_no(row.get('serving'))} "
-                     f"| {_yes_no(row.get('in_rotation'))} "
+                     f"| {one_line(row.get('status', '-'))} | {yes_no(row.get('serving'))} "
+                     f"| {yes_no(row.get('in_rotation'))} "
                      f"| {one_line('; '.join(map(str, reasons))) or '-'} |")
     benched = sorted(host for host, row in stages.items() if row.get("stage") == "benchmark")
     lines.append("")

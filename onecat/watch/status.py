@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..fleet.rollout import rows_by_host
 from ..text import one_line
 
 COLUMNS = ("node", "verdict", "watch", "serving", "gateway", "last look", "probe",
@@ -44,15 +45,23 @@ def _seconds(value: Any) -> float:
     return seconds if math.isfinite(seconds) else 0.0
 
 
+def _epoch(stamp: str) -> float | None:
+    """A verdict's UTC time stamp (2026-12-03T16:59:30Z) in Unix seconds, or None."""
+    try:
+        return calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
+    except (ValueError, OverflowError):
+        return None
+
+
 def _age(stamp: Any, now: float) -> str:
     if not stamp:
         return "-"
     if not isinstance(stamp, str):
         return one_line(stamp)
-    try:
-        seconds = now - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
-    except (ValueError, OverflowError):
+    at = _epoch(stamp)
+    if at is None:
         return stamp
+    seconds = now - at
     if seconds < 120:
         return f"{max(seconds, 0):.0f} s ago"
     return f"{seconds / 60:.0f} min ago" if seconds < 7200 else f"{seconds / 3600:.0f} h ago"
@@ -60,12 +69,8 @@ def _age(stamp: Any, now: float) -> str:
 
 def _past(stamp: Any, now: float) -> bool:
     """Whether a verdict's `stale_after` time has passed (False when it has none)."""
-    if not isinstance(stamp, str):
-        return False
-    try:
-        return now > calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))
-    except (ValueError, OverflowError):
-        return False
+    at = _epoch(stamp) if isinstance(stamp, str) else None
+    return at is not None and now > at
 
 
 def _text(value: Any) -> str:
@@ -181,9 +186,8 @@ def newest_rollout(results: Path) -> tuple[str, dict[str, Any]]:
         return "", {}
     if document is None:
         return "", {}
-    hosts = _mapping(document).get("hosts")
-    rows = {str(r["host"]): r for r in _records(hosts) if isinstance(r.get("host"), str)}
-    return (one_line(_mapping(document).get("run_id") or paths[-1].parent.name), rows)
+    return (one_line(_mapping(document).get("run_id") or paths[-1].parent.name),
+            rows_by_host(document))
 
 
 def main(argv: list[str] | None = None) -> int:
