@@ -49,14 +49,19 @@ SEED_MODELS = (
     ("Qwen2.5-14B FP16", mf.QWEN25_14B, "fp16"),
     ("Llama-3.1-70B NVFP4", mf.LLAMA31_70B, "nvfp4-ct"),
 )
+# Hybrid (Gated DeltaNet) checkpoints: in docs/plan.md's table and worked example only.
+HYBRID_MODELS = (
+    ("Qwen3.8-27B NVFP4 (hybrid)", mf.QWEN38_27B, "nvfp4-ct"),
+)
 DOCS = {"readme": ROOT / "README.md", "plan": ROOT / "docs" / "plan.md",
-        "example": ROOT / "docs" / "plan.md"}
+        "example": ROOT / "docs" / "plan.md", "example-27b": ROOT / "docs" / "plan.md"}
 
 
-def plans(root: Path) -> list[tuple[str, dict[str, Any]]]:
+def plans(root: Path, models: tuple = SEED_MODELS) -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for index, (name, config, fmt) in enumerate(SEED_MODELS):
-        model = mf.build_model(root, config, fmt, name=f"m{index}")
+    for index, (name, config, fmt) in enumerate(models):
+        model = mf.build_model(root, config, fmt, name=f"{'h' if models is HYBRID_MODELS else 'm'}"
+                               f"{index}")
         out.append((name, plan_model(str(model), health=V100_PAIR)))
     return out
 
@@ -127,11 +132,17 @@ def worked_example(rows: list[tuple[str, dict[str, Any]]]) -> str:
         f" + {ACTIVATION_INTERMEDIATE_COPIES} x {inter}/{tp}) = "
         f"{_g(mem['activation_forward_bytes'])} GiB,",
         f"                 sampler {seqs} seqs x {vocab} vocab x {SAMPLER_BYTES_PER_LOGIT} B = "
-        f"{_g(mem['activation_sampler_bytes'])} GiB) = {_g(mem['activation_bytes'])} GiB",
+        f"{_g(mem['activation_sampler_bytes'])} GiB)",
+        f"             + TurboMind GEMM workspace {mem['activation_workspace_bytes']:,} B = "
+        f"{_g(mem['activation_bytes'])} GiB (estimated)",
+        f"rotary       {dims['rope']['positions']} positions x {dims['rope']['rotary_dim']} x 2 B "
+        f"= {mem['rotary_cache_bytes'] / 2**20:g} MiB cos_sin_cache    "
+        "rotary_embedding/base.py:58-63",
         f"non-torch    {_g(mem['non_torch_bytes'])} GiB (workspaces created while profiling)",
         f"KV budget    {_g(mem['requested_bytes'])} - {_g(plan['weight_bytes_per_gpu'])} - "
-        f"{_g(mem['activation_bytes'])} - {_g(mem['non_torch_bytes'])} = "
-        f"{_g(mem['kv_budget_bytes'])} GiB           v1/worker/gpu_worker.py:425-460",
+        f"{_g(mem['rotary_cache_bytes'])} - {_g(mem['activation_bytes'])} - "
+        f"{_g(mem['non_torch_bytes'])} = {_g(mem['kv_budget_bytes'])} GiB"
+        "    v1/worker/gpu_worker.py:425-460",
         f"KV per token 2 x {dims['kv_layers']} layers x {kv_heads} kv heads x "
         f"{dims['head_dim']} x 2 B = {kv_gpu // 1024} KiB per GPU",
         f"tokens       {_g(mem['kv_budget_bytes'])} GiB / {kv_gpu // 1024} KiB, whole 16-token "
@@ -142,6 +153,56 @@ def worked_example(rows: list[tuple[str, dict[str, Any]]]) -> str:
         f"{_g(mem['headroom_bytes'])} GiB >= {_g(mem['cuda_context_bytes'])} CUDA context + NCCL"
         f" + {_g(mem['cuda_graph_bytes'])} CUDA graphs = {_g(mem['outside_bytes'])} GiB",
         f"             (utilization at most {mem['max_utilization']:.2f})",
+        f"max-seqs     {plan['max_num_seqs_reason']}",
+    ]
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def worked_example_27b(rows: list[tuple[str, dict[str, Any]]]) -> str:
+    """The hybrid worked example, term by term (citations: docs/plan.md, plan.py)."""
+    plan = rows[0][1]
+    mem, dims, hyb = plan["memory_per_gpu"], plan["dims"], plan["hybrid"]
+    lin, tp = dims["linear"], plan["inputs"]["tensor_parallel_size"]
+    length = plan["inputs"]["max_model_len"]
+    kv_heads = max(1, dims["num_key_value_heads"] // tp)
+    conv_dim = (2 * lin["linear_num_key_heads"] * lin["linear_key_head_dim"]
+                + lin["linear_num_value_heads"] * lin["linear_value_head_dim"])
+    lines = [
+        f"layers       {dims['num_hidden_layers']} = {lin['full_attention_layers']} full "
+        f"attention + {lin['linear_layers']} Gated DeltaNet (layer_types)",
+        f"weights      {_g(plan['checkpoint_bytes_per_gpu'])} GiB checkpoint per GPU (mtp.* "
+        f"skipped) -> {_g(plan['weight_bytes_per_gpu'])} GiB resident",
+        f"rotary       {dims['rope']['positions']} positions x {dims['rope']['rotary_dim']} x 2 B "
+        f"= {mem['rotary_cache_bytes'] / 2**20:g} MiB",
+        f"activation   {_g(mem['activation_bytes'])} GiB (forward "
+        f"{_g(mem['activation_forward_bytes'])}, sampler {plan['inputs']['max_num_seqs']} seqs "
+        f"{_g(mem['activation_sampler_bytes'])}, + TurboMind workspace; estimated)",
+        f"KV budget    {_g(mem['requested_bytes'])} - {_g(plan['weight_bytes_per_gpu'])} - "
+        f"{_g(mem['rotary_cache_bytes'])} - {_g(mem['activation_bytes'])} - "
+        f"{_g(mem['non_torch_bytes'])} = {_g(mem['kv_budget_bytes'])} GiB",
+        f"KV per token 2 x {lin['full_attention_layers']} full layers x {kv_heads} kv heads x "
+        f"{dims['head_dim']} x 2 B = {plan['kv_cache_bytes_per_token_per_gpu'] // 1024} KiB per "
+        "GPU (attention layers only)",
+        f"conv state   {conv_dim}/{tp} x ({lin['linear_conv_kernel_dim']} - 1) x 2 B = "
+        f"{hyb['conv_state_bytes']:,} B per linear layer",
+        f"recur. state {lin['linear_num_value_heads']}/{tp} x {lin['linear_value_head_dim']} x "
+        f"{lin['linear_key_head_dim']} x {lin['ssm_state_bytes']} B ({lin['ssm_state_dtype']}) = "
+        f"{hyb['ssm_state_bytes']:,} B per linear layer",
+        f"state/seq    {lin['linear_layers']} x {hyb['state_bytes']:,} B = "
+        f"{hyb['state_bytes_per_sequence'] / 2**20:.1f} MiB per sequence per GPU",
+        f"block size   16 x ceil({hyb['state_bytes']:,} / (16 x "
+        f"{hyb['attention_bytes_per_token']:,})) = {hyb['block_size']} tokens; page "
+        f"{hyb['page_bytes']:,} B",
+        f"groups       {hyb['group_size']} layers each: {hyb['full_groups']} attention + "
+        f"{hyb['linear_groups']} state",
+        f"blocks       {_g(mem['kv_budget_bytes'])} GiB / {hyb['page_bytes']:,} B / "
+        f"{hyb['group_size']} = {hyb['num_blocks']:,}",
+        f"per request  ceil({length} / {hyb['block_size']}) + {hyb['linear_groups']} x 2 = "
+        f"{hyb['blocks_per_request']} blocks (prefix caching, mamba_cache_mode align)",
+        f"sequences    {hyb['num_blocks']:,} / {hyb['blocks_per_request']} = "
+        f"{plan['max_concurrency_at_max_model_len']} of {length}; engine's KV tokens "
+        f"{plan['max_kv_tokens']:,}",
+        f"max-seqs     {plan['max_num_seqs_reason']}",
     ]
     return "```\n" + "\n".join(lines) + "\n```"
 
@@ -149,8 +210,9 @@ def worked_example(rows: list[tuple[str, dict[str, Any]]]) -> str:
 def blocks() -> dict[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         rows = plans(Path(tmp))
-    return {"readme": readme_table(rows), "plan": plan_table(rows),
-            "example": worked_example(rows)}
+        hybrid = plans(Path(tmp), HYBRID_MODELS)
+    return {"readme": readme_table(rows), "plan": plan_table(rows + hybrid),
+            "example": worked_example(rows), "example-27b": worked_example_27b(hybrid)}
 
 
 def _pattern(name: str) -> re.Pattern[str]:

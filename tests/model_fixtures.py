@@ -77,6 +77,46 @@ QWEN3_4B: dict[str, Any] = {
     "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
     "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
 }
+# Qwen3.5-27B (Gated DeltaNet hybrid, multimodal wrapper): the published text_config
+# (64 layers, every 4th full attention via full_attention_interval, 24 heads / 4 kv heads of 256,
+# GDN 16 key heads / 48 value heads of 128, conv kernel 4, mamba_ssm_dtype float32, MRoPE with
+# partial_rotary_factor 0.25). Field names from the engine's config class
+# (1Cat-vLLM vllm/transformers_utils/configs/qwen3_5.py:42-116).
+QWEN35_27B_TEXT: dict[str, Any] = {
+    "attention_bias": False, "attention_dropout": 0.0, "attn_output_gate": True,
+    "eos_token_id": 248044, "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu",
+    "hidden_size": 5120, "initializer_range": 0.02, "intermediate_size": 17408,
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 48, "linear_value_head_dim": 128, "mamba_ssm_dtype": "float32",
+    "max_position_embeddings": 262144, "model_type": "qwen3_5_text", "mtp_num_hidden_layers": 1,
+    "num_attention_heads": 24, "num_hidden_layers": 64, "num_key_value_heads": 4,
+    "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06,
+    "rope_parameters": {"mrope_interleaved": True, "mrope_section": [11, 11, 10],
+                        "partial_rotary_factor": 0.25, "rope_theta": 10000000,
+                        "rope_type": "default"},
+    "tie_word_embeddings": False, "use_cache": True, "vocab_size": 248320,
+}
+QWEN35_27B: dict[str, Any] = {
+    "architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+    "image_token_id": 248056, "video_token_id": 248057, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "text_config": QWEN35_27B_TEXT,
+    "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304,
+                      "model_type": "qwen3_5", "num_heads": 16, "out_hidden_size": 5120,
+                      "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2},
+}
+# Qwen3.8-27B: the same text dimensions, layer_types spelled out (3 linear + 1 full, x16),
+# swish output gate, plain RoPE (no mrope_section).
+QWEN38_27B: dict[str, Any] = {
+    **QWEN35_27B,
+    "text_config": {
+        **{k: v for k, v in QWEN35_27B_TEXT.items() if k != "full_attention_interval"},
+        "layer_types": ["linear_attention", "linear_attention", "linear_attention",
+                        "full_attention"] * 16,
+        "output_gate_type": "swish",
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
+                            "partial_rotary_factor": 0.25},
+    },
+}
 QWEN_GENERATION_CONFIG: dict[str, Any] = {
     "bos_token_id": 151643, "pad_token_id": 151643, "do_sample": True,
     "eos_token_id": [151645, 151643], "repetition_penalty": 1.05, "temperature": 0.7,
@@ -153,8 +193,62 @@ def _linear(prefix: str, out: int, inp: int, fmt: str, bias: bool) -> list[tuple
     return rows
 
 
+def _is_full(text: dict[str, Any], layer: int) -> bool:
+    types = text.get("layer_types")
+    if types:
+        return types[layer] == "full_attention"
+    return (layer + 1) % text.get("full_attention_interval", 4) == 0
+
+
+def hybrid_tensor_layout(config: dict[str, Any], fmt: str) -> list[tuple[str, str, list[int]]]:
+    """A Qwen3.5-style checkpoint: model.language_model.* (GDN linear_attn / gated self_attn /
+    MLP), lm_head and the MTP head (mtp.*, which vLLM's loader skips). The small GDN
+    projections (in_proj_b/in_proj_a), conv1d, A_log, dt_bias and norms stay 16-bit."""
+    text = config["text_config"]
+    hidden, inter = text["hidden_size"], text["intermediate_size"]
+    heads, kv, head_dim = text["num_attention_heads"], text["num_key_value_heads"], \
+        text["head_dim"]
+    kh, vh = text["linear_num_key_heads"], text["linear_num_value_heads"]
+    kd, vd = text["linear_key_head_dim"], text["linear_value_head_dim"]
+    conv_dim, kernel, vocab = 2 * kh * kd + vh * vd, text["linear_conv_kernel_dim"], \
+        text["vocab_size"]
+    half = "F16" if fmt == "fp16" else "BF16"
+    root = "model.language_model"
+    rows: list[tuple[str, str, list[int]]] = [(f"{root}.embed_tokens.weight", half,
+                                               [vocab, hidden])]
+    for i in range(text["num_hidden_layers"]):
+        p = f"{root}.layers.{i}"
+        rows += [(f"{p}.input_layernorm.weight", half, [hidden]),
+                 (f"{p}.post_attention_layernorm.weight", half, [hidden])]
+        if _is_full(text, i):
+            rows += _linear(f"{p}.self_attn.q_proj", 2 * heads * head_dim, hidden, fmt, False)
+            rows += _linear(f"{p}.self_attn.k_proj", kv * head_dim, hidden, fmt, False)
+            rows += _linear(f"{p}.self_attn.v_proj", kv * head_dim, hidden, fmt, False)
+            rows += _linear(f"{p}.self_attn.o_proj", hidden, heads * head_dim, fmt, False)
+            rows += [(f"{p}.self_attn.q_norm.weight", half, [head_dim]),
+                     (f"{p}.self_attn.k_norm.weight", half, [head_dim])]
+        else:
+            a = f"{p}.linear_attn"
+            rows += _linear(f"{a}.in_proj_qkv", conv_dim, hidden, fmt, False)
+            rows += _linear(f"{a}.in_proj_z", vh * vd, hidden, fmt, False)
+            rows += [(f"{a}.in_proj_b.weight", half, [vh, hidden]),
+                     (f"{a}.in_proj_a.weight", half, [vh, hidden]),
+                     (f"{a}.conv1d.weight", half, [conv_dim, 1, kernel]),
+                     (f"{a}.A_log", "F32", [vh]), (f"{a}.dt_bias", half, [vh]),
+                     (f"{a}.norm.weight", half, [vd])]
+            rows += _linear(f"{a}.out_proj", hidden, vh * vd, fmt, False)
+        rows += _linear(f"{p}.mlp.gate_proj", inter, hidden, fmt, False)
+        rows += _linear(f"{p}.mlp.up_proj", inter, hidden, fmt, False)
+        rows += _linear(f"{p}.mlp.down_proj", hidden, inter, fmt, False)
+    rows += [(f"{root}.norm.weight", half, [hidden]), ("lm_head.weight", half, [vocab, hidden]),
+             ("mtp.fc.weight", half, [hidden, 2 * hidden]), ("mtp.norm.weight", half, [hidden])]
+    return rows
+
+
 def tensor_layout(config: dict[str, Any], fmt: str) -> list[tuple[str, str, list[int]]]:
     """(name, dtype, shape) of every tensor a real checkpoint of this config and format has."""
+    if "text_config" in config:
+        return hybrid_tensor_layout(config, fmt)
     hidden, inter = config["hidden_size"], config["intermediate_size"]
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
     head_dim = config.get("head_dim") or hidden // heads
@@ -211,7 +305,8 @@ def build_model(root: Path, config: dict[str, Any], fmt: str, *, name: str | Non
                 hf_quant_config: Any = "default", config_changes: dict[str, Any] | None = None,
                 generation_config: bool = True) -> Path:
     """A model directory for `config` in layout `fmt`; `quantization_config=None` drops it."""
-    model_dir = root / (name or f"{config['model_type']}-{config['num_hidden_layers']}l-{fmt}")
+    text = config.get("text_config", config)
+    model_dir = root / (name or f"{config['model_type']}-{text['num_hidden_layers']}l-{fmt}")
     model_dir.mkdir(parents=True)
     cfg = copy.deepcopy(config)
     if fmt == "fp16":

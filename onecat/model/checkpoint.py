@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections import Counter
 from typing import Any
 
@@ -28,7 +29,7 @@ FLOAT_FORMATS = {"F16": "fp16", "BF16": "bf16"}
 COLUMN_PARALLEL = frozenset({
     "q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "c_attn", "W_pack",
     "gate_proj", "up_proj", "gate_up_proj", "w1", "w3", "fc1", "c_fc", "dense_h_to_4h",
-    "in_proj", "in_proj_qkvz", "in_proj_ba",
+    "in_proj", "in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a",
 })
 # Linear layers vLLM splits along their input dimension (their bias stays whole on every rank).
 ROW_PARALLEL = frozenset({
@@ -115,13 +116,14 @@ def model_dims(config: dict[str, Any], path: str) -> dict[str, Any]:
     # head_dim: the config's own value when it sets one (Qwen3, Gemma: not hidden/heads).
     explicit = _dimension(cfg.get("head_dim"))
     head_dim = cfg["head_dim"] if explicit else hidden // heads
-    layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list) and len(layer_types) == layers:
+    layer_types = _layer_types(config, cfg, layers, path)
+    if layer_types is not None:
         # Linear-attention (Gated DeltaNet, Mamba) layers hold a fixed state, not a KV cache.
         kv_layers = sum(1 for kind in layer_types if not _is_recurrent(kind))
     else:
         kv_layers = layers
     limit, limit_source = max_len_limit(config, cfg)
+    hybrid = hybrid_layout(config, cfg, layer_types)
     return {
         "num_hidden_layers": layers,
         "kv_layers": kv_layers,
@@ -135,7 +137,10 @@ def model_dims(config: dict[str, Any], path: str) -> dict[str, Any]:
         "max_position_embeddings": _first(cfg, "max_position_embeddings", "n_positions"),
         "max_model_len_limit": limit,
         "max_model_len_limit_source": limit_source,
-        "hybrid": hybrid_layout(config, cfg),
+        "hybrid": hybrid,
+        "multimodal": isinstance(config.get("vision_config"), dict),
+        "linear": gdn_dims(config, cfg, layer_types, path) if hybrid else None,
+        "rope": rope_cache_dims(cfg, int(head_dim)),
         "tie_word_embeddings": bool(
             _first(cfg, "tie_word_embeddings") or config.get("tie_word_embeddings")
         ),
@@ -155,9 +160,11 @@ def _is_recurrent(kind: Any) -> bool:
     return "linear" in text or "mamba" in text or "recurrent" in text or "deltanet" in text
 
 
-def hybrid_layout(config: dict[str, Any], cfg: dict[str, Any]) -> str | None:
+def hybrid_layout(config: dict[str, Any], cfg: dict[str, Any],
+                  layer_types: list[str] | None = None) -> str | None:
     """Why this model keeps per-request state outside the paged KV cache, or None."""
-    layer_types = cfg.get("layer_types")
+    if layer_types is None:
+        layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list):
         recurrent = [kind for kind in layer_types if _is_recurrent(kind)]
         if recurrent:
@@ -178,36 +185,184 @@ def hybrid_layout(config: dict[str, Any], cfg: dict[str, Any]) -> str | None:
     return None
 
 
-def max_len_limit(config: dict[str, Any], cfg: dict[str, Any]) -> tuple[int | None, str]:
+# Gated DeltaNet hybrids the engine plans as hybrid KV-cache groups: Qwen3-Next and the
+# Qwen3.5 family (Qwen3.5/3.6/3.8 share model_type qwen3_5). Their config classes:
+# vllm/transformers_utils/configs/qwen3_5.py:42-116, qwen3_next.py:186-270 (1Cat-vLLM ae13773a).
+GDN_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+                             "qwen3_5_moe_text"})
+# The config classes' defaults (configs/qwen3_5.py:60-64, qwen3_next.py:204-208).
+GDN_DEFAULTS: dict[str, int] = {"linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                                "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                                "linear_num_value_heads": 32}
+STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "half": 2, "float": 4}
+
+
+def _model_type(config: dict[str, Any], cfg: dict[str, Any]) -> str:
+    return str(cfg.get("model_type") or config.get("model_type") or "").lower()
+
+
+def _layer_types(config: dict[str, Any], cfg: dict[str, Any], layers: int,
+                 path: str) -> list[str] | None:
+    """Each layer's type: the config's layer_types, or for Qwen3.5/Qwen3-Next the list their
+    config classes derive from full_attention_interval (default 4: every 4th layer is full
+    attention, configs/qwen3_5.py:86-93, qwen3_next.py:249-255)."""
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list):
+        return [str(kind) for kind in layer_types] if len(layer_types) == layers else None
+    if _model_type(config, cfg) not in GDN_MODEL_TYPES:
+        return None
+    interval = cfg.get("full_attention_interval", 4)
+    if not _dimension(interval):
+        raise CheckpointError(f"{path}: full_attention_interval {interval!r} is not a positive "
+                              "integer: fix config.json (Qwen3.5 uses 4)")
+    return ["linear_attention" if (i + 1) % interval else "full_attention"
+            for i in range(layers)]
+
+
+def gdn_dims(config: dict[str, Any], cfg: dict[str, Any], layer_types: list[str] | None,
+             path: str) -> dict[str, Any] | None:
+    """The Gated DeltaNet state dimensions of a Qwen3.5/Qwen3-Next hybrid, or None when the
+    hybrid is of another kind (Mamba, Mamba2, other linear attention)."""
+    if _model_type(config, cfg) not in GDN_MODEL_TYPES or layer_types is None:
+        return None
+    dims: dict[str, Any] = {}
+    defaulted = []
+    for key, default in GDN_DEFAULTS.items():
+        value = cfg.get(key)
+        if value is None:
+            value = default
+            defaulted.append(key)
+        if not _dimension(value):
+            raise CheckpointError(f"{path}: {key} {value!r} is not a positive integer (at most "
+                                  f"{MAX_DIMENSION}): fix config.json")
+        dims[key] = value
+    ssm_dtype = cfg.get("mamba_ssm_dtype")
+    # Unset: 1Cat keeps the GDN recurrent state in float32 under "auto"
+    # (model_executor/layers/mamba/mamba_utils.py:108-123); set: Qwen3.5's config hook takes
+    # the config's mamba_ssm_dtype (model_executor/models/config.py:546-571).
+    ssm_name = "float32" if ssm_dtype is None else str(ssm_dtype).replace("torch.", "")
+    if ssm_name not in STATE_DTYPE_BYTES:
+        raise CheckpointError(f"{path}: mamba_ssm_dtype {ssm_dtype!r} is not a dtype vLLM knows "
+                              "(float32, float16, bfloat16): fix config.json")
+    linear = sum(1 for kind in layer_types if _is_recurrent(kind))
+    return {**dims, "linear_layers": linear, "full_attention_layers": len(layer_types) - linear,
+            "ssm_state_dtype": ssm_name, "ssm_state_bytes": STATE_DTYPE_BYTES[ssm_name],
+            "defaulted": defaulted}
+
+
+def rope_cache_dims(cfg: dict[str, Any], head_dim: int) -> dict[str, Any] | None:
+    """The rotary cos_sin_cache the engine keeps on every GPU: positions x rotary_dim float16
+    values (rotary_embedding/base.py:58-63, 94-103; get_rope: rotary_dim = head_dim x
+    partial_rotary_factor, rotary_embedding/__init__.py:66-72). YaRN caches original x factor
+    positions (yarn_scaling_rope.py:75-83); MRoPE enlarges the cache 4x (mrope.py:236-245)."""
+    base = cfg.get("max_position_embeddings")
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    if not _dimension(base) or not isinstance(rope, dict):
+        return None
+    partial = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    if not isinstance(partial, (int, float)) or isinstance(partial, bool) or \
+            not 0 < partial <= 1:
+        partial = 1.0
+    rope_type = str(rope.get("rope_type") or rope.get("type") or "default")
+    factor = rope.get("factor")
+    factor = float(factor) if isinstance(factor, (int, float)) and not isinstance(factor, bool) \
+        and math.isfinite(factor) and 0 < factor <= 1024 else 1.0
+    positions = base
+    original = rope.get("original_max_position_embeddings")
+    if rope_type == "yarn" and _dimension(original):
+        positions = int(original * factor)
+    elif rope_type in ("linear", "dynamic"):
+        positions = int(base * factor)
+    mrope = "mrope_section" in rope
+    if mrope:
+        positions *= 4
+    rotary_dim = int(head_dim * partial)
+    return {"positions": positions, "rotary_dim": rotary_dim, "mrope": mrope,
+            "rope_type": rope_type, "bytes": positions * rotary_dim * 2}
+
+
+def max_len_limit(config: dict[str, Any], cfg: dict[str, Any], tokenizer_cap: Any = None,
+                  pooling: bool = False) -> tuple[int | None, str]:
     """The longest --max-model-len vLLM accepts for this config, and how it was derived.
 
     vLLM's ``_get_and_verify_max_len`` (vllm/config/model.py:2118-2250 in 1Cat-vLLM at
-    ae13773a, same in upstream): every rope type except su/longrope/llama3 multiplies the
-    limit by ``factor``; YaRN starts from ``original_max_position_embeddings`` (2186-2203).
-    Gemma3's limit is already scaled (2176). A tokenizer_config cap is applied by the caller.
+    ae13773a, same in upstream), in its order: the tokenizer_config ``model_max_length`` cap
+    comes first (2143-2148) and only for pooling models with absolute position embeddings
+    (the caller passes no tokenizer config otherwise, 1728-1740), BEFORE the rope scaling: every
+    rope type except su/longrope/llama3 multiplies the limit by ``factor``; YaRN restarts from
+    ``original_max_position_embeddings`` (2186-2203), dropping any tokenizer cap. Gemma3's limit
+    is already scaled (2176).
     """
     base = _first(cfg, "max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
                   "max_sequence_length", "max_seq_length", "seq_len")
     if not isinstance(base, int) or base <= 0:
         return None, "no max_position_embeddings in config.json"
+    start, start_text = base, f"max_position_embeddings {base}"
+    if pooling and isinstance(tokenizer_cap, int) and not isinstance(tokenizer_cap, bool) \
+            and 0 < tokenizer_cap < start:
+        start, start_text = tokenizer_cap, f"tokenizer_config.json model_max_length {tokenizer_cap}"
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     model_type = str(config.get("model_type") or cfg.get("model_type") or "")
     if not isinstance(rope, dict) or "gemma3" in model_type:
-        return base, f"max_position_embeddings {base}"
+        return start, start_text
     rope_type = str(rope.get("rope_type") or rope.get("type") or "default")
     if rope_type in ("su", "longrope", "llama3", "default"):
-        return base, f"max_position_embeddings {base} (rope {rope_type}: no scaling of the limit)"
+        return start, f"{start_text} (rope {rope_type}: no scaling of the limit)"
     factor = rope.get("factor")
     if not isinstance(factor, (int, float)) or isinstance(factor, bool) or \
             not math.isfinite(factor) or not 0 < factor <= 1024:
         factor = 1.0
     factor = float(factor)
-    start, start_text = base, f"max_position_embeddings {base}"
     original = rope.get("original_max_position_embeddings")
     if rope_type == "yarn" and isinstance(original, int) and original > 0:
         start, start_text = original, f"original_max_position_embeddings {original}"
     limit = int(start * factor)
     return limit, f"{start_text} x rope_scaling factor {factor:g} ({rope_type})"
+
+
+SHARD_NAME = re.compile(r"^(?P<stem>.+)-(?P<number>\d{5})-of-(?P<total>\d{5})\.safetensors$")
+
+
+def check_shard_set(model_dir: str) -> None:
+    """CheckpointError when the shard files named NAME-0000K-of-0000N.safetensors do not form
+    one complete set with its index (the engine loads what the index names, and a partial
+    download planned silently would print a plan for a model that cannot load)."""
+    try:
+        names = sorted(os.listdir(model_dir))
+    except OSError as error:
+        raise CheckpointError(f"{model_dir}: cannot list: {error.strerror or error}") from error
+    sets: dict[str, dict[int, set[int]]] = {}
+    for name in names:
+        match = SHARD_NAME.match(name)
+        if match:
+            sets.setdefault(match["stem"], {}).setdefault(int(match["total"]), set()).add(
+                int(match["number"]))
+    if not sets:
+        return
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    stem, totals = next(iter(sets.items()))
+    if not os.path.lexists(index):
+        total = max(totals)
+        raise CheckpointError(
+            f"{model_dir}: shard files named {stem}-0000K-of-{total:05d}.safetensors but no "
+            "model.safetensors.index.json: the download is incomplete; fetch the index (or the "
+            "whole checkpoint) again")
+    for stem, totals in sets.items():
+        if len(totals) > 1:
+            counts = " and ".join(f"-of-{total:05d}" for total in sorted(totals))
+            raise CheckpointError(
+                f"{model_dir}: shard files {stem}-*{counts}.safetensors come from different "
+                "downloads: delete the directory and fetch the checkpoint again")
+        total, numbers = next(iter(totals.items()))
+        missing = sorted(set(range(1, total + 1)) - numbers)
+        extra = sorted(number for number in numbers if not 1 <= number <= total)
+        if missing or extra:
+            first = missing[0] if missing else extra[0]
+            what = (f"{len(missing)} of {total} missing" if missing
+                    else f"numbered beyond {total}")
+            raise CheckpointError(
+                f"{model_dir}: shard {stem}-{first:05d}-of-{total:05d}.safetensors: {what} "
+                f"(the names say {total} shards, {len(numbers)} present): finish the download")
 
 
 def metadata_format(config: dict[str, Any], hf_quant: dict[str, Any] | None) -> dict[str, Any]:
@@ -396,11 +551,17 @@ def inspect_model(model_dir: str) -> dict[str, Any]:
     tokenizer_config = load_json(os.path.join(model_dir, "tokenizer_config.json"),
                                  required=False)
     cap = (tokenizer_config or {}).get("model_max_length")
-    # vLLM caps the derived limit with tokenizer_config's model_max_length (model.py:2143-2147).
-    if isinstance(cap, int) and not isinstance(cap, bool) and \
-            0 < cap < (dims["max_model_len_limit"] or cap + 1):
-        dims["max_model_len_limit"] = cap
-        dims["max_model_len_limit_source"] = f"tokenizer_config.json model_max_length {cap}"
+    # vLLM reads tokenizer_config's model_max_length only for pooling models (model.py:
+    # 1728-1740); for the generative models planned here it is advice, not a limit.
+    dims["tokenizer_model_max_length"] = cap if isinstance(cap, int) and \
+        not isinstance(cap, bool) and cap > 0 else None
+    architectures = config.get("architectures")
+    if not isinstance(architectures, list) or not architectures or \
+            not all(isinstance(a, str) and a.strip() for a in architectures):
+        raise CheckpointError(f"{config_path}: architectures is {architectures!r}, not a non-empty "
+                              "list of class names such as [\"Qwen2ForCausalLM\"] (vLLM picks the "
+                              "model class from it): restore the checkpoint's config.json")
+    check_shard_set(model_dir)
     tensors = read_checkpoint(model_dir)
     meta = metadata_format(config, hf_quant)
     found, example, counts = tensor_format(tensors)
@@ -414,14 +575,10 @@ def inspect_model(model_dir: str) -> dict[str, Any]:
             "bfloat16 checkpoint parts: V100 has no BF16, so they are served as float16 "
             "(--dtype half); values beyond float16's range (65504) would overflow"
         )
-    architectures = config.get("architectures") or []
-    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
-        raise CheckpointError(f"{config_path}: architectures is {architectures!r}, not a list of "
-                              "class names such as [\"Qwen2ForCausalLM\"]: fix config.json")
     return {
         "model_dir": model_dir,
         "model_type": config.get("model_type"),
-        "architecture": architectures[0] if architectures else None,
+        "architecture": architectures[0],
         "torch_dtype": dtype or None,
         "dims": dims,
         "metadata": meta,

@@ -22,6 +22,7 @@ from onecat.model.plan import (
     INVALID_INPUT,
     KV_CACHE_DTYPE_BYTES,
     MAX_NUM_SEQS_CAP,
+    WORKLOAD_DEFAULTS,
     PlanInputError,
     plan_model,
 )
@@ -70,8 +71,15 @@ def register(subparsers: Any) -> None:
                         help="tokens per scheduler step; sizes the profiled activation peak "
                         "(default: %(default)s, vLLM's default on cards under 70 GiB)")
     parser.add_argument("--max-num-seqs", type=int, default=None,
-                        help="sequences per step (default: 4 x the full-length capacity, at "
-                        f"most {MAX_NUM_SEQS_CAP})")
+                        help="sequences per step (default: as many typical requests as the KV "
+                        f"cache holds, at most {MAX_NUM_SEQS_CAP}, the engine's default)")
+    parser.add_argument("--typical-input-tokens", type=int,
+                        default=WORKLOAD_DEFAULTS["typical_input_tokens"],
+                        help="prompt tokens of a typical request, sizes --max-num-seqs "
+                        "(default: %(default)s, the benchmark's)")
+    parser.add_argument("--typical-output-tokens", type=int,
+                        default=WORKLOAD_DEFAULTS["typical_output_tokens"],
+                        help="generated tokens of a typical request (default: %(default)s)")
     parser.add_argument("--cuda-context-gib", type=float, default=DEFAULTS["cuda_context_gib"],
                         help="per-GPU CUDA context + NCCL, outside vLLM's share (default: "
                         "%(default)s, an estimate)")
@@ -111,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
             "compute_capability": args.compute_capability,
             "max_num_batched_tokens": args.max_num_batched_tokens,
             "max_num_seqs": args.max_num_seqs,
+            "typical_input_tokens": args.typical_input_tokens,
+            "typical_output_tokens": args.typical_output_tokens,
             "cuda_context_gib": args.cuda_context_gib,
             "non_torch_gib": args.non_torch_gib,
             "cuda_graph_gib": args.cuda_graph_gib,
@@ -151,6 +161,25 @@ def _g(value: float) -> str:
     return f"{value / GIB:.2f}"
 
 
+def _hybrid_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
+    hybrid = plan.get("hybrid")
+    if not hybrid:
+        return []
+    mib = 2**20
+    return [
+        ("state", f"{hybrid['state_bytes'] / mib:.2f} MiB per linear layer and sequence per GPU "
+                  f"(conv {hybrid['conv_state_bytes'] / 1024:g} KiB + recurrent "
+                  f"{hybrid['ssm_state_bytes'] / 1024:g} KiB), "
+                  f"{hybrid['state_bytes_per_sequence'] / mib:.1f} MiB per sequence"),
+        ("page", f"{hybrid['page_bytes']:,} bytes = {hybrid['block_size']}-token attention "
+                 f"blocks x {_kib(hybrid['attention_bytes_per_token'])}; groups of "
+                 f"{hybrid['group_size']} layers: {hybrid['full_groups']} attention + "
+                 f"{hybrid['linear_groups']} state; {hybrid['num_blocks']:,} blocks, "
+                 f"{hybrid['blocks_per_request']} per full-length request, state slots "
+                 f"{hybrid['state_slots']}"),
+    ]
+
+
 def format_table(plan: dict[str, Any]) -> str:
     inputs, memory, engine = plan["inputs"], plan["memory_per_gpu"], plan["engine"]
     tp, length = inputs["tensor_parallel_size"], inputs["max_model_len"]
@@ -176,18 +205,25 @@ def format_table(plan: dict[str, Any]) -> str:
                     f"checkpoint {_g(plan['checkpoint_bytes_per_gpu'])} per GPU, "
                     f"{_g(plan['checkpoint_bytes'])} total"),
         ("resident", plan["resident_rule"]),
+        ("buffers", f"{_g(memory['rotary_cache_bytes'])} GiB rotary cos_sin_cache"),
         ("activation", f"{_g(memory['activation_bytes'])} GiB peak (forward of "
                        f"{inputs['max_num_batched_tokens']} tokens "
                        f"{_g(memory['activation_forward_bytes'])}, sampler over "
                        f"{inputs['max_num_seqs']} sequences "
-                       f"{_g(memory['activation_sampler_bytes'])})"),
+                       f"{_g(memory['activation_sampler_bytes'])}"
+                       + (f", + TurboMind GEMM workspace "
+                          f"{memory['activation_workspace_bytes'] / 2**20:.0f} MiB"
+                          if memory["activation_workspace_bytes"] else "")
+                       + "; estimated)"),
         ("non-torch", f"{_g(memory['non_torch_bytes'])} GiB"
                       + (f"; {graphs}" if graphs else "")),
         ("KV cache", f"{_kib(plan['kv_cache_bytes_per_token'])}/token "
                      f"({_kib(plan['kv_cache_bytes_per_token_per_gpu'])} per GPU, "
                      f"{inputs['kv_cache_dtype']}), {_kv_budget(memory['kv_budget_bytes'])}"),
+        *_hybrid_rows(plan),
         ("capacity", f"{plan['max_kv_tokens']:,} tokens = "
                      f"{plan['max_concurrency_at_max_model_len']} sequence(s) of {length}"),
+        ("max-seqs", plan["max_num_seqs_reason"]),
         ("headroom", f"{_g(memory['headroom_bytes'])} GiB outside the share for "
                      f"{_g(memory['outside_bytes'])} GiB (CUDA context + NCCL "
                      f"{_g(memory['cuda_context_bytes'])}"

@@ -44,8 +44,13 @@ Weights under tensor parallel (TP) follow vLLM's sharding (see ``tensor_bytes_pe
 KV cache per token = 2 (K and V) x attention layers x kv heads x head dim x bytes per
 element (2 for float16, 1 for fp8_e5m2), split across TP ranks by kv heads (a rank
 holds at least one head). ``head_dim`` is the config's when it sets one, else
-hidden_size / num_attention_heads. Hybrid models with recurrent (linear-attention, Mamba)
-layers are refused: their per-request state lives outside the paged KV cache.
+hidden_size / num_attention_heads. Gated DeltaNet hybrids (Qwen3.5 family, Qwen3-Next) are
+laid out as vLLM's hybrid KV-cache manager does (``hybrid_layout_bytes``: KV per token over the
+full-attention layers, per-request conv + recurrent state in pages of one size, enlarged
+attention blocks, layer groups sharing one pool); other hybrids (Mamba, Mamba2) are refused.
+Also per GPU: the rotary cos_sin_cache (``rotary_cache_bytes``) next to the weights and
+TurboMind's GEMM workspace inside the activation peak; the estimated constants come from
+calibration.py.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .calibration import as_dict as calibration_table
+from .calibration import value as estimate
 from .checkpoint import (
     COLUMN_PARALLEL,
     LINEAR_LEAVES,
@@ -78,33 +85,33 @@ KV_CACHE_DTYPE_BYTES = {"auto": 2, "fp8_e5m2": 1}
 BLOCK_TOKENS = 16  # vLLM's default KV-cache block size
 VOCAB_PADDING = 64  # vLLM pads embedding/lm_head rows to a multiple of this
 FEW_SEQUENCES = 4  # fewer full-length sequences than this deserves advice even when it fits
-MAX_NUM_SEQS_CAP = 64  # V100-sized batch: more only grows activation/graph memory
 FLASH_ATTN_V100_HEAD_DIMS = (64, 128, 256)
 NVFP4_RESIDENT_BYTES_PER_PARAM = 0.5 + 2 / 16  # 1Cat TurboMind: packed FP4 + FP16 scale per 16
 
 # vLLM's --max-num-batched-tokens default for `vllm serve` on a card under 70 GiB (chunked
 # prefill caps every step at it): 1Cat-vLLM vllm/engine/arg_utils.py:2546-2554.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
-# Activation peak of one forward pass, in float16 elements per token: hidden states, the
-# residual, the normed copy and a layer output (4 x hidden) plus the MLP's gate_up output
-# (2 x intermediate / TP), its activation (1 x) and one allocator spare (1 x); the attention
-# q/k/v output (3 x its width / TP) when wider. UNCONFIRMED coefficients: calibrated against
-# vLLM's logged "torch peak memory increase", not read from code.
-ACTIVATION_HIDDEN_COPIES = 4
-ACTIVATION_INTERMEDIATE_COPIES = 4
-# The profile's sampler pass (_dummy_sampler_run with top-k/top-p): per logit float16 logits
-# (2) + float32 logits (4) + sorted values (4) + int64 sort indices (8) + probabilities (4).
-# UNCONFIRMED: the sum of the tensors the sampler allocates, not a measured peak.
-SAMPLER_BYTES_PER_LOGIT = 22
-# Memory outside torch's allocator. UNCONFIRMED estimates (no source gives V100 figures):
-# CUDA context + cuBLAS handles + NCCL communicators for TP2, present at vLLM's init snapshot;
-CUDA_CONTEXT_NCCL_GIB = 0.6
-# workspaces created during the profile run (1Cat's Flash-V100 shared workspace is 85 MiB,
-# docs/design/sm70_fp8_long_prefill_exact_dense.md:92, plus cuBLAS workspaces);
-NON_TORCH_INCREASE_GIB = 0.15
-# CUDA graphs: 1Cat's logs show 0.18-0.26 GiB per rank for FLASH_ATTN_V100 decode graphs
-# (docs/design/sm70_v100_migration_control.md:14048, sm70_fp8_long_prefill_exact_dense.md:94).
-CUDA_GRAPH_GIB = 0.3
+# ... and its --max-num-seqs default there (the engine's own ceiling for such a card).
+ENGINE_MAX_NUM_SEQS = 256
+MAX_NUM_SEQS_CAP = ENGINE_MAX_NUM_SEQS
+# The estimated constants live in one table with their sources (calibration.py): activation
+# copies per token, sampler bytes per logit, CUDA context + NCCL, non-torch increase, graphs.
+ACTIVATION_HIDDEN_COPIES = int(estimate("activation_hidden_copies"))
+ACTIVATION_INTERMEDIATE_COPIES = int(estimate("activation_intermediate_copies"))
+SAMPLER_BYTES_PER_LOGIT = int(estimate("sampler_bytes_per_logit"))
+CUDA_CONTEXT_NCCL_GIB = estimate("cuda_context_nccl_gib")
+NON_TORCH_INCREASE_GIB = estimate("non_torch_increase_gib")
+CUDA_GRAPH_GIB = estimate("cuda_graph_gib")
+# TurboMind's per-stream GEMM workspace, allocated by torch at the first NVFP4 GEMM of the
+# profile run (csrc/sm70_turbomind/ops/awq_sm70_gemm.cu:1365-1415): inside the activation peak.
+TURBOMIND_WORKSPACE_BYTES = int(estimate("turbomind_workspace_bytes"))
+# The benchmark's request (bench defaults: 500 prompt tokens, 256 generated).
+TYPICAL_INPUT_TOKENS = 500
+TYPICAL_OUTPUT_TOKENS = 256
+# Hybrid (Gated DeltaNet) models on 1Cat SM70: `vllm serve` turns prefix caching on and sets
+# mamba_cache_mode "align" (engine/arg_utils.py:1769-1778), where each request holds 2 state
+# blocks per linear-layer group (v1/kv_cache_interface.py:589-590; 1 without prefix caching).
+MAMBA_ALIGN_BLOCKS_PER_REQUEST = 2
 
 DEFAULTS: dict[str, Any] = {
     "gpus": 2,
@@ -117,10 +124,16 @@ DEFAULTS: dict[str, Any] = {
     "engine_version": None,  # DEFAULT_ENGINE_VERSION for 1cat-vllm; upstream rules ignore it
     "compute_capability": DEFAULT_COMPUTE_CAPABILITY,
     "max_num_batched_tokens": DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    "max_num_seqs": None,  # None: chosen by the plan (4 x full-length capacity, capped at 64)
+    "max_num_seqs": None,  # None: sized by the plan for the typical request (see _choose_seqs)
     "cuda_context_gib": CUDA_CONTEXT_NCCL_GIB,
     "non_torch_gib": NON_TORCH_INCREASE_GIB,
     "cuda_graph_gib": CUDA_GRAPH_GIB,
+}
+# The typical request that sizes --max-num-seqs (kept apart from DEFAULTS, which the
+# model_plan Ansible module documents option by option).
+WORKLOAD_DEFAULTS: dict[str, Any] = {
+    "typical_input_tokens": TYPICAL_INPUT_TOKENS,
+    "typical_output_tokens": TYPICAL_OUTPUT_TOKENS,
 }
 
 
@@ -228,13 +241,14 @@ def _vocab_rows(tensors: dict[str, Tensor]) -> int | None:
 
 
 def activation_peak(dims: dict[str, Any], tp: int, batched_tokens: int,
-                    max_num_seqs: int) -> dict[str, int]:
+                    max_num_seqs: int, workspace: int = 0) -> dict[str, int]:
     """Torch's allocated peak during vLLM's profile run, per GPU: {forward, sampler, peak}.
 
     The profile run is one forward of ``batched_tokens`` tokens, then a sampler pass over
     min(max_num_seqs, batched_tokens) rows of full-vocab logits (gpu_model_runner.py:10331,
     10717-10760, 10979-10981); the peak is the larger of the two (the forward's activations are
-    freed before the sampler runs).
+    freed before the sampler runs). ``workspace`` (TurboMind's GEMM workspace, created at the
+    first GEMM and kept) sits under both.
     """
     hidden = int(dims["hidden_size"])
     inter = _dimension(dims.get("intermediate_size")) or 4 * hidden
@@ -244,8 +258,8 @@ def activation_peak(dims: dict[str, Any], tp: int, batched_tokens: int,
     vocab = _dimension(dims.get("vocab_size")) or 0
     rows = min(max_num_seqs, batched_tokens)
     sampler = rows * vocab * SAMPLER_BYTES_PER_LOGIT
-    return {"forward": forward, "sampler": sampler, "peak": max(forward, sampler),
-            "rows": rows}
+    return {"forward": forward, "sampler": sampler, "workspace": workspace,
+            "peak": max(forward, sampler) + workspace, "rows": rows}
 
 
 def health_topology(health: Any) -> dict[str, Any]:
@@ -316,6 +330,8 @@ def _validate(opts: dict[str, Any]) -> None:
                                 ("tensor_parallel_size", "--tensor-parallel-size", True),
                                 ("max_model_len", "--max-model-len", True),
                                 ("max_num_batched_tokens", "--max-num-batched-tokens", True),
+                                ("typical_input_tokens", "--typical-input-tokens", True),
+                                ("typical_output_tokens", "--typical-output-tokens", True),
                                 ("gpu_memory_gib", "--gpu-memory-gib", False),
                                 ("gpu_memory_utilization", "--gpu-memory-utilization", False),
                                 ("cuda_context_gib", "--cuda-context-gib", False),
@@ -343,6 +359,10 @@ def _validate(opts: dict[str, Any]) -> None:
     if not 1 <= opts["max_num_batched_tokens"] <= MAX_MODEL_LEN:
         raise PlanInputError(f"--max-num-batched-tokens {opts['max_num_batched_tokens']}: must "
                              f"be between 1 and {MAX_MODEL_LEN}")
+    for key in ("typical_input_tokens", "typical_output_tokens"):
+        if not 1 <= opts[key] <= MAX_MODEL_LEN:
+            raise PlanInputError(f"--{key.replace('_', '-')} {opts[key]}: must be between 1 and "
+                                 f"{MAX_MODEL_LEN}")
     if opts["max_num_seqs"] is not None and not 1 <= opts["max_num_seqs"] <= MAX_MODEL_LEN:
         raise PlanInputError(f"--max-num-seqs {opts['max_num_seqs']}: must be between 1 and "
                              f"{MAX_MODEL_LEN}")
@@ -382,33 +402,125 @@ def _card(opts: dict[str, Any], topology: dict[str, Any]) -> tuple[float, str]:
     return nominal * GIB, f"nominal {nominal:g} GiB (no NVML figure: pass --health for it)"
 
 
+def hybrid_layout_bytes(dims: dict[str, Any], tp: int, element: int) -> dict[str, Any]:
+    """How vLLM's hybrid KV-cache manager lays out a Gated DeltaNet hybrid, per GPU.
+
+    - attention page for 1 token = 2 x kv heads per rank x head_dim x element
+      (FullAttentionSpec, v1/kv_cache_interface.py:167-184);
+    - state page per linear layer and request = conv state (conv_dim / TP) x (kernel - 1) in
+      float16 + recurrent state (value heads / TP) x value_dim x key_dim in float32, conv_dim =
+      2 x key heads x key_dim + value heads x value_dim (gated_delta_net_state_shape/_dtype,
+      model_executor/layers/mamba/mamba_utils.py:108-123, 219-241; qwen3_5.py:956-987;
+      MambaSpec.page_size_bytes, kv_cache_interface.py:571-580);
+    - block size enlarged to 16 x ceil(state / (16 x attention page per token)) tokens so both
+      pages are one size, the state page padded up to it (platforms/interface.py:641-690);
+    - layers grouped by type in groups of min(full, linear) layers, all groups sharing one
+      pool of `budget // page // group_size` blocks (v1/core/kv_cache_utils.py:1142-1176,
+      935-952, 1291-1316).
+    """
+    lin = dims["linear"]
+    kv_heads = max(1, dims["num_key_value_heads"] // tp)
+    attn_token = 2 * kv_heads * dims["head_dim"] * element
+    conv_dim = (2 * lin["linear_num_key_heads"] * lin["linear_key_head_dim"]
+                + lin["linear_num_value_heads"] * lin["linear_value_head_dim"])
+    conv = conv_dim // tp * (lin["linear_conv_kernel_dim"] - 1) * 2
+    ssm = (lin["linear_num_value_heads"] // tp * lin["linear_value_head_dim"]
+           * lin["linear_key_head_dim"] * lin["ssm_state_bytes"])
+    state = conv + ssm
+    align = BLOCK_TOKENS  # FLASH_ATTN_V100/Triton kernel block alignment 16, cache.py:46
+    block = align * -(-state // (align * attn_token))
+    full, linear = lin["full_attention_layers"], lin["linear_layers"]
+    group = min(full, linear)
+    if max(full, linear) < group * 1.5:
+        group = max(full, linear)
+    return {"attention_bytes_per_token": attn_token, "conv_state_bytes": conv,
+            "ssm_state_bytes": ssm, "state_bytes": state, "block_size": block,
+            "page_bytes": block * attn_token, "group_size": group,
+            "full_groups": -(-full // group), "linear_groups": -(-linear // group),
+            "state_bytes_per_sequence": state * linear,
+            "state_blocks_per_sequence": -(-linear // group) * MAMBA_ALIGN_BLOCKS_PER_REQUEST}
+
+
+def rotary_cache_bytes(dims: dict[str, Any]) -> int:
+    """The rotary cos_sin_cache on every GPU (checkpoint.rope_cache_dims): resident from model
+    load, one per distinct rope (get_rope caches them, rotary_embedding/__init__.py:74-84)."""
+    rope = dims.get("rope")
+    return int(rope["bytes"]) if isinstance(rope, dict) else 0
+
+
 def memory_budget(ctx: dict[str, Any], tp: int | None = None, util: float | None = None,
-                  element: int | None = None, weights: int | None = None) -> dict[str, Any]:
+                  element: int | None = None, weights: int | None = None,
+                  max_num_seqs: int | None = None) -> dict[str, Any]:
     """Every term of the per-GPU budget for this plan (or a variant: another TP, utilization,
-    KV element size or weight figure), as vLLM's worker computes it."""
+    KV element size, weight figure or --max-num-seqs), as vLLM's worker computes it."""
     tp = ctx["tp"] if tp is None else tp
     util = ctx["util"] if util is None else util
     element = ctx["element"] if element is None else element
+    seqs = ctx["max_num_seqs"] if max_num_seqs is None else max_num_seqs
     opts, dims = ctx["opts"], ctx["dims"]
     if weights is None:
         weights = (ctx["weights"] if tp == ctx["tp"] else weight_bytes(
-            ctx["info"]["tensors"], tp, dims["num_key_value_heads"],
+            ctx["tensors"], tp, dims["num_key_value_heads"],
             ctx["resident"]["block_scale_factor"]))["per_gpu"]
     total = ctx["card_bytes"]
     requested = math.ceil(total * util)
-    act = activation_peak(dims, tp, int(opts["max_num_batched_tokens"]), ctx["max_num_seqs"])
+    act = activation_peak(dims, tp, int(opts["max_num_batched_tokens"]), seqs,
+                          ctx["workspace"])
+    rotary = rotary_cache_bytes(dims)
     non_torch = float(opts["non_torch_gib"]) * GIB
     graphs = float(opts["cuda_graph_gib"]) * GIB
     graphs_inside = not ctx["graphs_outside"]
-    budget = requested - weights - act["peak"] - non_torch - (graphs if graphs_inside else 0)
+    budget = (requested - weights - rotary - act["peak"] - non_torch
+              - (graphs if graphs_inside else 0))
     outside = float(opts["cuda_context_gib"]) * GIB + (0 if graphs_inside else graphs)
     kv_total, kv_gpu = kv_bytes_per_token(dims, element, tp)
-    tokens = kv_tokens(budget, kv_gpu)
-    return {"total": total, "requested": requested, "weights": weights, "activation": act,
-            "non_torch": non_torch, "graphs": graphs, "graphs_inside": graphs_inside,
-            "budget": budget, "outside": outside, "headroom": total - requested,
-            "kv_total": kv_total, "kv_gpu": kv_gpu, "tokens": tokens,
-            "concurrency": tokens // ctx["length"]}
+    result = {"total": total, "requested": requested, "weights": weights, "rotary": rotary,
+              "activation": act, "non_torch": non_torch, "graphs": graphs,
+              "graphs_inside": graphs_inside, "budget": budget, "outside": outside,
+              "headroom": total - requested, "kv_total": kv_total, "kv_gpu": kv_gpu,
+              "hybrid": None}
+    length = ctx["length"]
+    if dims.get("linear"):
+        layout = hybrid_layout_bytes(dims, tp, element)
+        blocks = int(budget // layout["page_bytes"] // layout["group_size"]) if budget > 0 else 0
+        per_request = (layout["full_groups"] * -(-length // layout["block_size"])
+                       + layout["state_blocks_per_sequence"])
+        slots = blocks // (layout["full_groups"] + layout["state_blocks_per_sequence"])
+        # The engine's own figures: max concurrency = blocks / blocks per full-length request,
+        # "GPU KV cache size" = concurrency x max_model_len (kv_cache_utils.py:877-895,
+        # 1719-1737).
+        result["hybrid"] = {**layout, "num_blocks": blocks, "blocks_per_request": per_request,
+                            "state_slots": slots}
+        result["tokens"] = int(blocks / per_request * length)
+        result["concurrency"] = blocks // per_request
+    else:
+        result["tokens"] = kv_tokens(budget, kv_gpu)
+        result["concurrency"] = result["tokens"] // length
+    return result
+
+
+def workload_seqs(ctx: dict[str, Any], memory: dict[str, Any]) -> tuple[int, str]:
+    """--max-num-seqs for the typical request (not only the full-length worst case): as many
+    typical requests as the KV cache (and, for hybrids, the state blocks) holds at once, capped
+    by the engine's default (256 on cards under 70 GiB) and by --max-num-batched-tokens (vLLM
+    requires max_num_batched_tokens >= max_num_seqs)."""
+    opts = ctx["opts"]
+    typical = int(opts["typical_input_tokens"]) + int(opts["typical_output_tokens"])
+    cap = min(ENGINE_MAX_NUM_SEQS, int(opts["max_num_batched_tokens"]))
+    hybrid = memory["hybrid"]
+    if hybrid:
+        per = (hybrid["full_groups"] * -(-typical // hybrid["block_size"])
+               + hybrid["state_blocks_per_sequence"])
+        fit = hybrid["num_blocks"] // per
+        what = (f"{hybrid['num_blocks']:,} blocks / ({per} per {typical}-token request: "
+                f"attention + {hybrid['state_blocks_per_sequence']} state) = {fit}; state slots "
+                f"{hybrid['state_slots']}")
+    else:
+        fit = memory["tokens"] // typical
+        what = f"{memory['tokens']:,} KV tokens / {typical}-token requests = {fit}"
+    seqs = max(1, min(cap, fit))
+    return seqs, (f"{what}; engine cap {cap}: --max-num-seqs {seqs} (full-length "
+                  f"{ctx['length']}: {memory['concurrency']})")
 
 
 def max_utilization(ctx: dict[str, Any]) -> float:
@@ -419,12 +531,42 @@ def max_utilization(ctx: dict[str, Any]) -> float:
     return max(0.0, math.floor((1 - outside / ctx["card_bytes"]) * 100) / 100)
 
 
+def _check_hybrid(model_dir: str, dims: dict[str, Any]) -> None:
+    """Refuse, with the reason, a hybrid the planner cannot lay out as the engine does."""
+    lin = dims.get("linear")
+    if lin is None:
+        raise UnsupportedModelError(
+            f"{model_dir}: a hybrid model ({dims['hybrid']}) that is not a Gated DeltaNet model "
+            "of the Qwen3-Next/Qwen3.5 family: 1Cat-vLLM's SM70 recurrent-layer kernels are the "
+            "GDN ones (model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py, flash_qla) and "
+            "its README validates only Qwen3.5/3.6/3.8 hybrids on V100; Mamba/Mamba2 state "
+            "layouts are not modelled here, so the planner refuses rather than give a wrong "
+            "number. Use a supported model, or start the server with a small --max-model-len "
+            "and read 'Available KV cache memory' in its log")
+    if lin["full_attention_layers"] == 0:
+        raise UnsupportedModelError(
+            f"{model_dir}: every layer is linear attention (no full-attention layer): vLLM "
+            "lays out no paged attention cache for it and the planner does not model that")
+
+
+def loaded_tensors(tensors: dict[str, Tensor], dims: dict[str, Any],
+                   language_only: bool) -> dict[str, Tensor]:
+    """The checkpoint tensors the engine loads: Qwen3.5's loader skips the MTP head
+    (skip_prefixes=["mtp."], models/qwen3_5.py:950-953) and --language-model-only leaves the
+    vision tower out (config/multimodal.py:312-316: every modality limit 0)."""
+    if not dims.get("linear"):
+        return tensors
+    skipped = ("mtp.",) + (("model.visual.", "visual.") if language_only else ())
+    return {name: t for name, t in tensors.items() if not name.startswith(skipped)}
+
+
 def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, Any]:
     """The whole plan as a JSON-ready dict; raises one of INVALID_INPUT on bad input."""
-    unknown = set(options) - set(DEFAULTS)
+    unknown = set(options) - set(DEFAULTS) - set(WORKLOAD_DEFAULTS)
     if unknown:
         raise PlanInputError(f"unknown planner option(s): {', '.join(sorted(unknown))}")
-    opts = {**DEFAULTS, **{k: v for k, v in options.items() if v is not None}}
+    opts = {**DEFAULTS, **WORKLOAD_DEFAULTS,
+            **{k: v for k, v in options.items() if v is not None}}
     if not opts["engine_version"]:
         opts["engine_version"] = DEFAULT_ENGINE_VERSION if opts["engine"] == DEFAULT_ENGINE else ""
     _validate(opts)
@@ -432,11 +574,7 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
     info = inspect_model(model_dir)
     dims = info["dims"]
     if dims.get("hybrid"):
-        raise UnsupportedModelError(
-            f"{model_dir}: a hybrid model ({dims['hybrid']}): its recurrent layers keep a "
-            "per-request state outside vLLM's paged KV cache, which this planner does not "
-            "model; it refuses rather than give a wrong number. Start the server with a small "
-            "--max-model-len and read 'Available KV cache memory' in its log")
+        _check_hybrid(model_dir, dims)
     if not _dimension(dims.get("vocab_size")):
         dims["vocab_size"] = _vocab_rows(info["tensors"])
     tp = int(opts["tensor_parallel_size"])
@@ -453,13 +591,22 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
     if not engine["compatible"]:
         problems.append(f"engine: {engine['reason']}")
     problems.extend(_shape_problems(dims, tp, length))
+    cap = dims.get("tokenizer_model_max_length")
+    if isinstance(cap, int) and cap < length:
+        warnings.append(f"tokenizer_config.json model_max_length {cap} is below --max-model-len "
+                        f"{length}: vLLM does not enforce it for generative models (it reads "
+                        "the tokenizer cap only for pooling models, config/model.py:1728-1740), "
+                        "but the model may not have been trained for that length")
     kv_quantized = info["metadata"]["kv_cache_quantized"]
     if opts["kv_cache_dtype"] == "fp8_e5m2" and kv_quantized:
         problems.append("--kv-cache-dtype fp8_e5m2 is rejected for checkpoints that carry a "
                         "kv_cache_scheme (1Cat-vLLM issue #489): use --kv-cache-dtype auto")
 
     resident = resident_rule(opts["engine"], str(opts["engine_version"]), info["quant_format"])
-    weights = weight_bytes(info["tensors"], tp, dims["num_key_value_heads"],
+    language_only = bool(dims.get("linear")) and bool(dims.get("multimodal")) \
+        and opts["engine"] == "1cat-vllm"
+    tensors = loaded_tensors(info["tensors"], dims, language_only)
+    weights = weight_bytes(tensors, tp, dims["num_key_value_heads"],
                            resident["block_scale_factor"])
     backend = _attention_backend(opts["engine"], dims["head_dim"], capability)
     ctx: dict[str, Any] = {
@@ -470,12 +617,24 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         # graphs are captured after the KV cache is allocated, outside the requested share.
         "graphs_outside": opts["engine"] == "1cat-vllm" and backend == "FLASH_ATTN_V100",
         "max_num_seqs": int(opts["max_num_seqs"] or MAX_NUM_SEQS_CAP),
+        "tensors": tensors, "language_only": language_only,
+        # 1Cat's SM70 TurboMind NVFP4 GEMMs allocate a per-stream workspace (calibration.py).
+        "workspace": TURBOMIND_WORKSPACE_BYTES if resident["block_scale_factor"] == 2 else 0,
     }
+    seqs_reason = f"--max-num-seqs {ctx['max_num_seqs']} (given)"
     if opts["max_num_seqs"] is None:
-        # Two passes: size the sampler for the cap, then plan with the --max-num-seqs we pass.
-        first = memory_budget(ctx)
-        ctx["max_num_seqs"] = max(1, min(MAX_NUM_SEQS_CAP, first["concurrency"] * 4))
+        # Size the sampler for the engine cap first, then shrink to what the workload needs;
+        # each pass can only lower the figure (a smaller sampler leaves more KV cache).
+        for _ in range(4):
+            seqs, seqs_reason = workload_seqs(ctx, memory_budget(ctx))
+            if seqs == ctx["max_num_seqs"]:
+                break
+            ctx["max_num_seqs"] = seqs
     memory = memory_budget(ctx)
+    if memory["hybrid"] and ctx["max_num_seqs"] > max(1, memory["hybrid"]["state_slots"]):
+        warnings.append(f"--max-num-seqs {ctx['max_num_seqs']} exceeds the "
+                        f"{memory['hybrid']['state_slots']} requests whose state blocks fit: "
+                        "the scheduler will queue the rest")
     ctx.update(memory=memory, budget=memory["budget"], max_tokens=memory["tokens"],
                concurrency=memory["concurrency"], kv_gpu=memory["kv_gpu"])
     fits = memory["concurrency"] >= 1
@@ -506,6 +665,9 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         "kv_cache_bytes_per_gpu": max(0, int(memory["budget"])),
         "max_kv_tokens": memory["tokens"],
         "max_concurrency_at_max_model_len": memory["concurrency"],
+        "max_num_seqs_reason": seqs_reason,
+        "hybrid": memory["hybrid"],
+        "calibration": calibration_table(),
         "fits": fits,
         "fit_reason": fit_reason,
         "nothing_fits": nothing_fits,
@@ -514,7 +676,8 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         "serve_args": args,
         "serve_env": env,
         "serve_notes": notes,
-        "inputs": {**{k: opts[k] for k in DEFAULTS}, "max_num_seqs": ctx["max_num_seqs"],
+        "inputs": {**{k: opts[k] for k in (*DEFAULTS, *WORKLOAD_DEFAULTS)},
+                   "max_num_seqs": ctx["max_num_seqs"],
                    "health": topology},
         "dims": dims,
         "memory_per_gpu": {
@@ -530,6 +693,8 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
             "activation_bytes": act["peak"],
             "activation_forward_bytes": act["forward"],
             "activation_sampler_bytes": act["sampler"],
+            "activation_workspace_bytes": act["workspace"],
+            "rotary_cache_bytes": memory["rotary"],
             "non_torch_bytes": int(memory["non_torch"]),
             "cuda_graph_bytes": int(memory["graphs"]),
             "cuda_graphs_in_budget": memory["graphs_inside"],
@@ -563,6 +728,17 @@ def _shape_problems(dims: dict[str, Any], tp: int, length: int) -> list[str]:
     elif (kv_heads % tp if kv_heads >= tp else tp % kv_heads):
         problems.append(f"num_key_value_heads {kv_heads} and --tensor-parallel-size {tp} do not "
                         "divide each other: vLLM refuses this split")
+    lin = dims.get("linear")
+    if lin:
+        conv_dim = (2 * lin["linear_num_key_heads"] * lin["linear_key_head_dim"]
+                    + lin["linear_num_value_heads"] * lin["linear_value_head_dim"])
+        for name, value in (("linear_num_value_heads", lin["linear_num_value_heads"]),
+                            ("linear_num_key_heads", lin["linear_num_key_heads"]),
+                            ("the GDN conv dimension", conv_dim)):
+            if value % tp:
+                problems.append(f"{name} {value} is not divisible by --tensor-parallel-size "
+                                f"{tp}: vLLM's divide() refuses this split (mamba_utils.py:"
+                                "219-241)")
     limit = dims.get("max_model_len_limit")
     if isinstance(limit, int) and length > limit:
         problems.append(f"--max-model-len {length} exceeds the model's limit {limit} "
@@ -575,7 +751,8 @@ def _fit_reason(ctx: dict[str, Any]) -> str:
     memory, opts, length = ctx["memory"], ctx["opts"], ctx["length"]
     requested = (f"{gib(memory['requested'])} requested ({gib(memory['total'])} x "
                  f"{float(opts['gpu_memory_utilization']):.2f})")
-    used = (f"{gib(memory['weights'])} weights + {gib(memory['activation']['peak'])} activation "
+    used = (f"{gib(memory['weights'] + memory['rotary'])} weights and buffers + "
+            f"{gib(memory['activation']['peak'])} activation "
             f"peak + {gib(memory['non_torch'])} non-torch"
             + (f" + {gib(memory['graphs'])} CUDA graphs" if memory["graphs_inside"] else ""))
     if memory["budget"] <= 0:
@@ -591,8 +768,8 @@ def _fit_reason(ctx: dict[str, Any]) -> str:
 def _suggestions(ctx: dict[str, Any]) -> tuple[list[str], bool]:
     """Computed changes that would make the model fit (or fit more); and whether none can."""
     tips: list[str] = []
-    length, kv_gpu = ctx["length"], ctx["kv_gpu"]
-    concurrency, max_tokens, budget = ctx["concurrency"], ctx["max_tokens"], ctx["budget"]
+    length = ctx["length"]
+    concurrency, max_tokens = ctx["concurrency"], ctx["max_tokens"]
     if ctx["fits"] and concurrency >= FEW_SEQUENCES:
         return tips, False
     fp8_allowed = ctx["element"] == 2 and not ctx["kv_quantized"]
@@ -622,7 +799,7 @@ def _suggestions(ctx: dict[str, Any]) -> tuple[list[str], bool]:
         tips.append(f"only {concurrency} full-length sequence(s) fit: --max-model-len {half} "
                     f"gives room for {max_tokens // half}")
     if fp8_allowed:
-        doubled = kv_tokens(budget, kv_gpu // 2)
+        doubled = memory_budget(ctx, element=1)["tokens"]
         tips.append(f"--kv-cache-dtype fp8_e5m2 halves the KV cache per token: "
                     f"{doubled // length} sequence(s) of {length} tokens ({doubled} tokens)")
     elif ctx["kv_quantized"]:
@@ -697,6 +874,18 @@ def _serve_args(ctx: dict[str, Any], topology: dict[str, Any], capability: int,
                         "(64/128/256): TRITON_ATTN chosen instead")
     if opts["kv_cache_dtype"] != "auto":
         args["--kv-cache-dtype"] = opts["kv_cache_dtype"]
+    if ctx["language_only"]:
+        args["--language-model-only"] = True
+        notes.append("--language-model-only: a text-only server of a multimodal Qwen3.5 "
+                     "checkpoint; the vision tower is neither loaded nor profiled (1Cat-vLLM "
+                     "README: 'For text-only serving ... use --language-model-only')")
+    if dims.get("linear"):
+        hybrid = ctx["memory"]["hybrid"]
+        notes.append(
+            f"hybrid (Gated DeltaNet) layout: 1Cat on sm_70 turns prefix caching on with "
+            f"mamba_cache_mode align for it (engine/arg_utils.py:1769-1778); attention blocks "
+            f"grow to {hybrid['block_size']} tokens so one page holds a layer's state "
+            "(platforms/interface.py:641-690): no flag needed")
     env: dict[str, str] = {}
     volta = 70 <= capability < 75
     if tp > 1 and (volta or topology["disable_custom_all_reduce"]):

@@ -128,7 +128,8 @@ def test_gptq_without_g_idx_is_told_from_awq_by_packing_axis(tmp_path):
     model = tmp_path / "gptq-no-gidx"
     model.mkdir()
     (model / "config.json").write_text(
-        '{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, '
+        '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, '
+        '"num_attention_heads": 32, '
         '"num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256, '
         '"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}}')
     mf.write_safetensors(model / "model.safetensors", rows)

@@ -26,7 +26,7 @@ def test_seed_acceptance_figures():
     """The seed's table, re-derived: what each checkpoint gives on 2x V100-16GB at 8192."""
     generator = _generator()
     text = generator.blocks()["readme"]
-    assert "| Qwen2.5-7B NVFP4 | 2.72 → 2.91 GiB | 50 | fits |" in text
+    assert "| Qwen2.5-7B NVFP4 | 2.72 → 2.91 GiB | 47 | fits |" in text
     assert "| Qwen2.5-14B NVFP4 | 4.91 → 5.30 GiB | 11 | fits |" in text
     assert "| Qwen2.5-32B NVFP4 | 9.63 → 10.53 GiB | 3 | fits, with advice |" in text
     assert "| Qwen2.5-14B FP16 | 13.76 → 13.76 GiB | 0 | does not fit at 8192 |" in text
