@@ -17,6 +17,8 @@ description:
   - Fails, before anything is written, when no node can take traffic or the key file is
     malformed, so a running gateway keeps its old configuration.
   - Changes nothing; run it where the key file is (the controller, with C(delegate_to)).
+  - Refuses an O(maxconn) outside 0-1000000 and an O(maxconn_factor) that is not a finite
+    number above 0 and at most 1000 (NaN made the server's maxconn a traceback).
 version_added: "0.2.0"
 author: onecat developers
 options:
@@ -88,6 +90,7 @@ from ansible.module_utils.onecat.gateway.keys import (
     read_key_file,
     render_key_map,
 )
+from ansible.module_utils.onecat.validate import problems
 
 
 def main() -> None:
@@ -102,6 +105,11 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
+    found = problems({"maxconn": ["count", p["maxconn"], 0, 1000000],
+                      "maxconn_factor": ["number", p["maxconn_factor"], 0, 1000]})
+    if found:
+        module.fail_json(msg=f"{p['gateway']}: " + "; ".join(found)
+                             + " (gateway_maxconn_per_server, gateway_maxconn_factor)")
     selection = select(p["nodes"], p["maxconn"], p["maxconn_factor"])
     excluded = dict(selection.excluded)
     try:

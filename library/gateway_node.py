@@ -14,6 +14,9 @@ description:
     C(maint down #reason) for a node held out."
   - "One round trip: reads the unit, compares both files and writes only what differs
     (atomically, root-owned, mode 0644). Reports C(changed) when a file was written."
+  - "Refuses, before writing, an O(state_dir) that is not a plain absolute path (it is the node
+    agent's shell argument), an O(address) that is neither an IP address nor a host name, and
+    ports out of range (the rules of onecat/validate.py)."
 version_added: "0.3.0"
 author: onecat developers
 options:
@@ -75,6 +78,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.onecat.gateway.node_state import agent_answer, node_state, render_state
+from ansible.module_utils.onecat.validate import problems
 
 
 def _read(path: str) -> str | None:
@@ -131,6 +135,17 @@ def main() -> None:
             msg="gateway_node: the node's address is empty: set onecat_gateway_address "
             "to an address the gateway can reach the node at"
         )
+    # The state folder is the agent's shell argument and the address a server line of the
+    # gateway's haproxy.cfg: the rules of onecat.validate (the role checks them first).
+    found = problems({
+        "state_dir": ["path", params["state_dir"]],
+        "address": ["address", params["address"].strip()],
+        "port": ["port", params["port"]],
+        "agent_port": ["port", params["agent_port"], True],
+    })
+    if found:
+        module.fail_json(msg="gateway_node: " + "; ".join(found)
+                         + " (address: onecat_gateway_address; nothing was written)")
     state = node_state(
         serving=params["serving"],
         in_rotation=params["in_rotation"],

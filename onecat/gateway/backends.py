@@ -17,22 +17,17 @@ the excess instead and hands each queued request to the first node with a free s
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..text import one_line
+from ..validate import address as address_kind
 
 # vLLM's default --max-num-seqs, for an engine whose unit does not say.
 DEFAULT_MAX_NUM_SEQS = 256
 SERVER_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
-# RFC 1123 host names (plus "_", which inventories and /etc/hosts use and libc resolves): what
-# may follow `server NAME` in haproxy.cfg besides an IP literal. node.json comes from the node:
-# anything else (a newline, a space) could add lines to the gateway's configuration.
-HOST_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-HOST_NAME = re.compile(rf"(?=.{{1,253}}$){HOST_LABEL}(?:\.{HOST_LABEL})*\.?")
 
 
 class NoBackendError(ValueError):
@@ -82,13 +77,11 @@ def maxconn(state: Mapping[str, Any], override: int = 0, factor: float = 1.0) ->
 
 
 def address_problem(address: str) -> str | None:
-    """Why `address` cannot go into a server line (None: an IP literal or a host name)."""
-    try:
-        ipaddress.ip_address(address)
-        return None
-    except ValueError:
-        pass
-    if HOST_NAME.fullmatch(address):
+    """Why `address` cannot go into a server line (None: an IP literal or a host name, the
+    rule of onecat.validate). node.json comes from the node: anything else (a newline, a
+    space, an IPv6 zone index, which Python's ipaddress takes with any text after its "%")
+    could add lines to the gateway's configuration."""
+    if address_kind(address) is None:
         return None
     return (f"its recorded address {address[:80]!r} is neither an IP address nor a host name "
             "(node.json on the node; set onecat_gateway_address for it)")

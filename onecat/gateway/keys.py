@@ -19,10 +19,14 @@ import re
 import stat
 from dataclasses import dataclass
 
+from ..validate import KEY
+
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-# RFC 6750 b64token characters; at least 16 of them (a short key is guessable).
-TOKEN = re.compile(r"^[A-Za-z0-9._~+/-]+=*$")
+# A client key is a bearer token of the shared key kind (onecat.validate.KEY: 16 to 512 RFC 6750
+# b64token characters, '=' anywhere, as the serve role's fleet key).
+TOKEN = KEY
 MIN_KEY_LENGTH = 16
+MAX_KEY_LENGTH = 512
 # Requests per minute: ASCII digits only (str.isdigit() takes '²', which int() refuses), and
 # at most HAProxy's 32-bit counters can hold.
 RATE = re.compile(r"^[0-9]{1,10}$")
@@ -66,9 +70,10 @@ def parse_keys(text: str, source: str = "the key file") -> list[ClientKey]:
         if not NAME.match(name):
             problems.append(f"{where}: name {name!r} must be 1-64 letters, digits, '_', '.' "
                             "or '-', starting with a letter or digit")
-        if not TOKEN.match(key) or len(key) < MIN_KEY_LENGTH:
+        if not TOKEN.fullmatch(key):
             problems.append(f"{where}: the key of {name!r} must be at least {MIN_KEY_LENGTH} "
-                            "bearer-token characters (letters, digits, . _ ~ + / -)")
+                            f"and at most {MAX_KEY_LENGTH} bearer-token characters (letters, "
+                            "digits, . _ ~ + / = -)")
         rate = 0
         if len(fields) == 3:
             if not RATE.match(fields[2]) or not 0 < int(fields[2]) <= MAX_RATE_PER_MINUTE:

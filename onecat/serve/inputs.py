@@ -13,10 +13,13 @@ import ipaddress
 import re
 from typing import Any
 
+from ..validate import KEY
+
 CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# A key goes into an environment file and an Authorization header: printable, no spaces.
-KEY_RE = re.compile(r"[\x21-\x7e]{16,512}")
+# A key goes into an environment file, an Authorization header and the gateway's haproxy.cfg
+# (inside "Bearer ..."): one character set for every key (a '"', '$' or '%' broke the gateway).
+KEY_RE = KEY
 PATH_RE = re.compile(r"/[A-Za-z0-9_./-]*")
 # Names matched whole: variable -> (pattern, what it must look like).
 NAME_RULES: dict[str, tuple[str, str]] = {
@@ -94,9 +97,9 @@ def env_problems(where: str, env: dict[str, Any], secrets: bool = False) -> list
 
 
 def key_problems(keys: dict[str, Any]) -> list[str]:
-    """API and scraper keys: empty, or 16-512 printable characters without spaces."""
-    return [f"{name} must be 16 to 512 printable ASCII characters without spaces (it goes into "
-            "an environment file and an Authorization header)"
+    """API and scraper keys: empty, or 16-512 characters of onecat.validate.KEY."""
+    return [f"{name} must be 16 to 512 letters, digits or . _ ~ + / = - characters (it goes "
+            "into an environment file, an Authorization header and the gateway's haproxy.cfg)"
             for name, value in keys.items() if value and not KEY_RE.fullmatch(str(value))]
 
 

@@ -229,7 +229,12 @@ REFUSALS = {
     "bind_name": ({"vllm_serve_bind_address": "gateway.example"},
                   "vllm_serve_bind_address 'gateway.example' is not an IP address"),
     "weak_key": ({"vllm_serve_api_key": "abc"},
-                 "vllm_serve_api_key must be 16 to 512 printable ASCII characters"),
+                 "vllm_serve_api_key must be 16 to 512 letters, digits or . _ ~ + / = -"),
+    # A '$' passed the serve role and HAProxy expanded it: every node answered 401.
+    "dollar_key": ({"vllm_serve_api_key": "0123456789abcdef$HOME"},
+                   "vllm_serve_api_key must be 16 to 512 letters, digits or . _ ~ + / = -"),
+    "quote_key": ({"vllm_serve_api_key": '0123456789abcdef"x'},
+                  "vllm_serve_api_key must be 16 to 512 letters, digits or . _ ~ + / = -"),
     "open_no_key": ({"vllm_serve_bind_address": "10.0.0.5", "vllm_serve_api_key_generate": False},
                     "would publish the API on 10.0.0.5:8000 without an API key"),
     "unpinned": ({"vllm_serve_image_base_digest": "", "vllm_serve_image_requirements_lock": ""},
