@@ -27,7 +27,10 @@ Stdlib only. It serves model directories (the sparse synthetic checkpoints of
 Test hooks: ``requests`` (every request: method, path, range, status, body bytes sent),
 ``drop_after[path] = n`` (the next body of that repo file is cut after n bytes and the
 connection closed: a dropped connection), ``corrupt.add(path)`` (serve flipped bytes under
-the advertised sha256). A repository is ``{"revisions": {"main": DIR, ...}, "private":
+the advertised sha256), ``tamper`` (a hostile or broken Hub: ``"sha"`` replaces the commit
+``repo_info`` names, ``"entry"`` is merged into every file of a tree listing, ``"loop"`` makes
+every tree page's ``Link: rel="next"`` point at itself, ``"pad"`` adds that many bytes to
+``repo_info``'s answer). A repository is ``{"revisions": {"main": DIR, ...}, "private":
 bool, "gated": bool, "tokens": [...]}``; the commit of a revision is derived from its
 content, so the same directory is the same commit.
 
@@ -177,6 +180,7 @@ class HubStandin(ThreadingHTTPServer):
         self.requests: list[dict[str, Any]] = []
         self.drop_after: dict[str, int] = {}
         self.corrupt: set[str] = set()
+        self.tamper: dict[str, Any] = {}
         self.log_file = log_file
         self._lock = threading.Lock()
         self.blobs: dict[str, Path] = {}
@@ -331,12 +335,17 @@ class _Handler(BaseHTTPRequestHandler):
         if not tail or tail[0] == "revision":
             rev = unquote(tail[1]) if len(tail) > 1 else "main"
             snap = self._snapshot(repo, rev)
-            self._json({"_id": hashlib.md5(repo_id.encode()).hexdigest()[:24],
-                        "id": repo_id, "author": repo_id.split("/")[0], "sha": snap.commit,
-                        "private": repo.private, "gated": "auto" if repo.gated else False,
-                        "disabled": False, "lastModified": "2026-11-30T12:00:00.000Z",
-                        "tags": ["safetensors"], "library_name": "transformers",
-                        "siblings": [{"rfilename": rel} for rel in snap.files]}, head)
+            tamper = self.server.tamper
+            info = {"_id": hashlib.md5(repo_id.encode()).hexdigest()[:24],
+                    "id": repo_id, "author": repo_id.split("/")[0],
+                    "sha": tamper.get("sha", snap.commit),
+                    "private": repo.private, "gated": "auto" if repo.gated else False,
+                    "disabled": False, "lastModified": "2026-11-30T12:00:00.000Z",
+                    "tags": ["safetensors"], "library_name": "transformers",
+                    "siblings": [{"rfilename": rel} for rel in snap.files]}
+            if tamper.get("pad"):
+                info["cardData"] = {"pad": "x" * int(tamper["pad"])}
+            self._json(info, head)
             return
         if tail[0] == "tree" and len(tail) >= 2:
             snap = self._snapshot(repo, unquote(tail[1]))
@@ -359,12 +368,15 @@ class _Handler(BaseHTTPRequestHandler):
 
         entries = [{"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(),
                     "size": 0, "path": d} for d in snap.directories() if visible(d)]
-        entries += [e.tree_entry() for rel, e in snap.files.items() if visible(rel)]
+        entries += [{**e.tree_entry(), **self.server.tamper.get("entry", {})}
+                    for rel, e in snap.files.items() if visible(rel)]
         entries.sort(key=lambda e: e["path"])
         start = int(query.get("cursor", ["0"])[0])
         page = entries[start:start + self.server.page_size]
         extra = {}
-        if start + self.server.page_size < len(entries):
+        if self.server.tamper.get("loop"):
+            extra["Link"] = f'<{self.server.url}{self.path}>; rel="next"'
+        elif start + self.server.page_size < len(entries):
             split = urlsplit(self.path)
             args = {k: v[0] for k, v in query.items() if k != "cursor"}
             args["cursor"] = str(start + self.server.page_size)

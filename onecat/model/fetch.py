@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import logging
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -26,10 +28,15 @@ from typing import Any
 
 from .manifest import (
     MANIFEST_NAME,
+    MAX_FILES,
+    MAX_SIZE,
     ManifestError,
+    NotRegularFile,
     build_manifest,
+    check_regular,
     hash_file,
     load_manifest,
+    open_regular,
     verify_dir,
     write_json_atomic,
 )
@@ -41,6 +48,16 @@ PARTIAL_SUFFIX = ".partial"
 PLAN_FILES = ("config.json", "hf_quant_config.json", "generation_config.json",
               "model.safetensors.index.json")
 SPARSE_BLOCK = 1024 * 1024
+# What the Hub's answers may be: a commit is 40 hex digits, an LFS oid 64; an engine file's
+# name is plain (no glob characters: names go to the client as allow_patterns).
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_FILE_NAME_RE = re.compile(r"[A-Za-z0-9_.+=,@-]{1,255}")
+# Every call to the Hub: connect within 10 s, no 60 s silence on a read (huggingface_hub's
+# API calls pass no timeout of their own), and no API answer over 64 MiB held in memory.
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0
+MAX_API_BODY = 64 * 1024 * 1024
 
 
 class FetchError(Exception):
@@ -76,10 +93,32 @@ def endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_token_transport(token: str | None) -> None:
+    """A token travels over https only (loopback excepted): plain http would show it to
+    every hop between here and the mirror."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(endpoint())
+    if token and url.scheme != "https" and not _loopback(url.hostname or ""):
+        raise FetchError(f"HF_ENDPOINT {endpoint()} is plain {url.scheme or 'http'}: the Hub "
+                         "token would cross the network in clear; use an https mirror, or "
+                         "unset HF_TOKEN (and --token-file) for a mirror that needs none")
+
+
 def read_token(token_file: str | None = None) -> str | None:
     """HF_TOKEN, else the token file, else None (the client then uses its stored login)."""
     token = os.environ.get("HF_TOKEN", "").strip()
     if token:
+        check_token_transport(token)
         return token
     if token_file:
         try:
@@ -90,6 +129,7 @@ def read_token(token_file: str | None = None) -> str | None:
                              f"{error.strerror or error}") from error
         if not token:
             raise FetchError(f"token file {token_file} is empty")
+        check_token_transport(token)
         return token
     return None
 
@@ -102,7 +142,48 @@ def _hub():
                          "pip install -c constraints.txt -e .") from error
     # Its warnings would repeat what our one-line errors say.
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    _bound_the_client(huggingface_hub)
     return huggingface_hub
+
+
+def _bound_the_client(hub: Any) -> None:
+    """Give the client's shared HTTP session timeouts and a bound on API answers (once)."""
+    if getattr(hub, "_onecat_bounded", False):
+        return
+    import importlib
+
+    # The module that owns the client factory (huggingface_hub >= 1.0).
+    http = importlib.import_module("huggingface_hub.utils._http")
+    default = getattr(http, "default_client_factory", None)
+    if default is None:  # pragma: no cover - another client generation: keep its defaults
+        return
+    timeouts = {"connect": CONNECT_TIMEOUT_S, "read": READ_TIMEOUT_S,
+                "write": READ_TIMEOUT_S, "pool": READ_TIMEOUT_S}
+
+    def with_timeouts(request: Any) -> None:
+        current = request.extensions.get("timeout") or {}
+        request.extensions["timeout"] = {key: current.get(key) or value
+                                         for key, value in timeouts.items()}
+
+    def bounded(response: Any) -> None:
+        length = response.headers.get("Content-Length", "")
+        if response.request.url.path.startswith("/api/") and length.isdigit() and \
+                int(length) > MAX_API_BODY:
+            response.close()
+            raise FetchError(f"{endpoint()} answered {response.request.url.path} with "
+                             f"{int(length) / 1024**2:.3g} MiB (at most "
+                             f"{MAX_API_BODY / 1024**2:.3g} MiB expected): is HF_ENDPOINT a "
+                             "Hugging Face Hub?")
+
+    def factory() -> Any:
+        client = default()
+        hooks = client.event_hooks
+        client.event_hooks = {"request": [with_timeouts, *hooks.get("request", [])],
+                              "response": [bounded, *hooks.get("response", [])]}
+        return client
+
+    http.set_client_factory(factory)
+    hub._onecat_bounded = True
 
 
 def _explain(error: BaseException, source: Source, token: str | None) -> FetchError:
@@ -165,28 +246,68 @@ def _translated(source: Source, token: str | None):
         raise _explain(error, source, token) from error
 
 
+def _tree(api: Any, hub: Any, source: Source, commit: str) -> dict[str, Any]:
+    """The repository's files by path; a listing that repeats itself (a paging loop) or
+    never ends is refused, not followed."""
+    by_path: dict[str, Any] = {}
+    for item in api.list_repo_tree(source.repo, revision=commit, recursive=True):
+        if not isinstance(item, hub.hf_api.RepoFile):
+            continue
+        if item.path in by_path:
+            raise FetchError(f"{source}: the server listed {str(item.path)[:80]!r} twice (its "
+                             "pages loop): is HF_ENDPOINT a Hugging Face Hub?")
+        if len(by_path) >= MAX_FILES:
+            raise FetchError(f"{source}: the server listed more than {MAX_FILES} files: not a "
+                             "model repository")
+        by_path[item.path] = item
+    return by_path
+
+
+def _remote_file(source: Source, item: Any) -> RemoteFile:
+    """One chosen file, its name, size and LFS sha256 checked (the Hub's answers are input)."""
+    name, size = item.path, item.size
+    if not _FILE_NAME_RE.fullmatch(name) or name in (".", ".."):
+        raise FetchError(f"{source}: the repository's file {name[:80]!r} has a name onecat "
+                         "does not fetch (letters, digits and ._+=,@- only): ask the "
+                         "repository's owner, or copy the model and use a file: source")
+    if type(size) is not int or not 0 <= size <= MAX_SIZE:
+        raise FetchError(f"{source}: the server listed {name} with size {size!r:.40}: "
+                         "is HF_ENDPOINT a Hugging Face Hub?")
+    sha = item.lfs.sha256 if item.lfs is not None else None
+    if sha is not None and not (isinstance(sha, str) and _SHA256_RE.fullmatch(sha)):
+        raise FetchError(f"{source}: the server gave {name} the sha256 {sha!r:.80}: "
+                         "is HF_ENDPOINT a Hugging Face Hub?")
+    return RemoteFile(name, size, sha)
+
+
+def _commit(source: Source, sha: Any) -> str:
+    """The resolved commit: 40 hex digits, and the requested one when a commit was asked."""
+    if not sha:
+        raise FetchError(f"{source}: the server named no commit for this revision: is "
+                         f"{endpoint()} a Hugging Face Hub (HF_ENDPOINT)?")
+    if not (isinstance(sha, str) and _COMMIT_RE.fullmatch(sha)):
+        raise FetchError(f"{source}: the server named the commit {sha!r:.80} (not 40 "
+                         "hex digits): is HF_ENDPOINT a Hugging Face Hub?")
+    asked = (source.revision or "").lower()
+    if _COMMIT_RE.fullmatch(asked) and sha != asked:
+        raise FetchError(f"{source}: asked for commit {asked} and the server answered {sha}: "
+                         "refusing a mirror that serves another commit")
+    return sha
+
+
 def remote_snapshot(source: Source, token: str | None) -> RemoteSnapshot:
     """Resolve the revision to its commit and list the files the engine loads."""
     hub = _hub()
     api = hub.HfApi(endpoint=endpoint(), token=token)
     with _translated(source, token):
         info = api.repo_info(source.repo, revision=source.revision)
-        commit = info.sha
-        tree = [item for item in api.list_repo_tree(source.repo, revision=commit,
-                                                    recursive=True)
-                if isinstance(item, hub.hf_api.RepoFile)]
-    if not commit:
-        raise FetchError(f"{source}: the server named no commit for this revision: is "
-                         f"{endpoint()} a Hugging Face Hub (HF_ENDPOINT)?")
-    by_path = {item.path: item for item in tree}
+        commit = _commit(source, info.sha)
+        by_path = _tree(api, hub, source, commit)
     try:
-        chosen = select_engine_files(list(by_path))
+        chosen = select_engine_files([p for p in by_path if isinstance(p, str)])
     except SourceError as error:
         raise FetchError(f"{source}: {error}") from error
-    files = [RemoteFile(p, int(by_path[p].size),
-                        by_path[p].lfs.sha256 if by_path[p].lfs is not None else None)
-             for p in chosen]
-    return RemoteSnapshot(source, commit, files)
+    return RemoteSnapshot(source, commit, [_remote_file(source, by_path[p]) for p in chosen])
 
 
 def check_free_space(dest: str, needed: int) -> None:
@@ -260,11 +381,13 @@ def fetch_hf(source: Source, dest: str, *, token: str | None,
     finally:
         if not progress and old_bars is None:
             hub.utils.enable_progress_bars()
+    shutil.rmtree(os.path.join(partial, ".cache"), ignore_errors=True)
+    _remove_unlisted(partial, {f.path for f in snap.files})
     rows, bad = [], []
     for remote in snap.files:
         path = os.path.join(partial, remote.path)
         try:
-            size = os.path.getsize(path)
+            size = check_regular(partial, remote.path).st_size
         except OSError:
             bad.append(f"{remote.path} missing")
             continue
@@ -280,12 +403,26 @@ def fetch_hf(source: Source, dest: str, *, token: str | None,
         raise FetchError(f"{source}: downloaded files do not match the Hub's manifest: "
                          f"{'; '.join(bad)}: removed, run the fetch again (a mirror serving "
                          "corrupt data would fail again)")
-    shutil.rmtree(os.path.join(partial, ".cache"), ignore_errors=True)
     manifest = build_manifest(rows, source=str(source), repo=source.repo,
                               revision=source.revision, commit=snap.commit)
     write_json_atomic(os.path.join(partial, MANIFEST_NAME), manifest)
     _replace_dest(partial, dest)
     return FetchResult(dest, manifest, downloaded=True)
+
+
+def _remove_unlisted(folder: str, keep: set[str]) -> None:
+    """Nothing in DEST that its manifest does not list (a leftover of an older attempt, a
+    file the client wrote beside the ones asked for)."""
+    for root, dirs, names in os.walk(folder, topdown=False):
+        for name in names:
+            path = os.path.join(root, name)
+            if os.path.relpath(path, folder).replace(os.sep, "/") not in keep:
+                os.unlink(path)
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(root, name))
+            if os.path.islink(os.path.join(root, name)):
+                os.unlink(os.path.join(root, name))
 
 
 def _seed_from_siblings(partial: str, dest: str, files: list[RemoteFile]) -> None:
@@ -307,8 +444,9 @@ def _seed_from_siblings(partial: str, dest: str, files: list[RemoteFile]) -> Non
         for row in manifest["files"]:
             rel = wanted.get(row["sha256"])
             target = os.path.join(partial, rel) if rel else None
-            if target and not os.path.exists(target):
+            if target and not os.path.lexists(target):
                 with contextlib.suppress(OSError):
+                    check_regular(folder, row["path"])
                     os.link(os.path.join(folder, row["path"]), target)
 
 
@@ -320,8 +458,8 @@ def _forget_download(partial: str, rel: str) -> None:
 
 def sparse_copy(src: str, dst: str) -> None:
     """Copy a file keeping its holes (SEEK_DATA/SEEK_HOLE): a sparse checkpoint stays sparse."""
-    size = os.path.getsize(src)
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
+    with os.fdopen(open_regular(src), "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
         fd = fin.fileno()
         offset = 0
         while offset < size:
@@ -343,7 +481,7 @@ def sparse_copy(src: str, dst: str) -> None:
                 left -= len(block)
             offset = hole
         fout.truncate(size)
-    shutil.copystat(src, dst)
+    shutil.copystat(src, dst, follow_symlinks=False)
 
 
 def fetch_file(source: Source, dest: str) -> FetchResult:
@@ -368,20 +506,29 @@ def fetch_file(source: Source, dest: str) -> FetchResult:
             names = select_engine_files(sorted(os.listdir(src)))
         except SourceError as error:
             raise FetchError(f"{source}: {error}") from error
-        names = [n for n in names if os.path.isfile(os.path.join(src, n))]
+        names = [n for n in names if not os.path.isdir(os.path.join(src, n))]
+    sizes = {}
+    for name in names:
+        try:
+            sizes[name] = check_regular(src, name).st_size
+        except NotRegularFile as error:
+            raise FetchError(f"{source}: {error}") from error
+        except FileNotFoundError:
+            sizes[name] = 0  # named by its manifest and missing: the check below says so
     existing = _current(dest, known.get("commit") if known else None,
                         known["digest"] if known else None)
     if existing is not None and (known is not None or existing.get("source") == str(source)):
         return FetchResult(dest, existing, downloaded=False)
-    total = sum(os.path.getsize(os.path.join(src, n)) for n in names if
-                os.path.exists(os.path.join(src, n)))
+    total = sum(sizes.values())
     partial = dest.rstrip("/") + PARTIAL_SUFFIX
     shutil.rmtree(partial, ignore_errors=True)
     check_free_space(dest, total)
     os.makedirs(partial)
     try:
         for name in names:
-            sparse_copy(os.path.join(src, name), os.path.join(partial, name))
+            if sizes[name] or os.path.lexists(os.path.join(src, name)):
+                os.makedirs(os.path.dirname(os.path.join(partial, name)), exist_ok=True)
+                sparse_copy(os.path.join(src, name), os.path.join(partial, name))
         if known is not None:
             result = verify_dir(partial, known, mode="full", write_stamp=False)
             if not result["ok"]:
@@ -396,6 +543,9 @@ def fetch_file(source: Source, dest: str) -> FetchResult:
     except FileNotFoundError as error:
         shutil.rmtree(partial, ignore_errors=True)
         raise FetchError(f"{source}: {error.filename} vanished during the copy") from error
+    except NotRegularFile as error:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise FetchError(f"{source}: {error}") from error
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

@@ -70,6 +70,10 @@ def run_fetch(args: argparse.Namespace) -> int:
     except FetchError as error:
         print(f"onecat model fetch: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # DEST's folder not writable, a disk that went away
+        print(f"onecat model fetch: {args.dest}: {error.strerror or error} "
+              f"({getattr(error, 'filename', '') or args.dest})", file=sys.stderr)
+        return 2
     manifest = result.manifest
     summary = {"dest": result.dest, "source": manifest.get("source"),
                "commit": manifest.get("commit"), "digest": manifest["digest"],

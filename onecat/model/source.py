@@ -61,9 +61,10 @@ def parse_source(text: str) -> Source:
     kind, sep, rest = text.partition(":")
     if not sep or kind not in KINDS:
         if text.startswith(("/", "./", "../")) or os.path.isdir(text):
-            return Source("file", path=os.path.abspath(text))
-        raise SourceError(f"model source {text!r}: use hf:ORG/NAME@REVISION, file:/path or "
-                          "node:/path")
+            kind, rest = "file", os.path.abspath(text)  # a bare path: checked as file:PATH
+        else:
+            raise SourceError(f"model source {text!r}: use hf:ORG/NAME@REVISION, file:/path "
+                              "or node:/path")
     if kind == "hf":
         repo, _, revision = rest.partition("@")
         repo = repo.strip().strip("/")

@@ -309,3 +309,178 @@ def test_file_source_copies_sparse_and_keeps_a_fetched_manifest(hub, models, tmp
     copied = tmp_path / "plain" / "model-00001-of-00002.safetensors"
     assert not (tmp_path / "plain" / "pytorch_model.bin").exists()
     assert copied.stat().st_blocks * 512 < copied.stat().st_size
+
+
+# --- hostile sources, manifests and Hub answers (docs/hostile-input.md) ----------------------
+
+
+def _one_line_exit_2(proc: subprocess.CompletedProcess, expected: str) -> None:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert expected in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_glob_in_a_hub_file_name_fetches_nothing_beside_it(models, tmp_path, monkeypatch):
+    # The client takes allow_patterns as globs whose '*' crosses '/': a repository file named
+    # 'x*.safetensors' would pull in xsub/evil.safetensors, listed nowhere.
+    repo = tmp_path / "globbed"
+    repo.mkdir()
+    for name in ("config.json", "model.safetensors.index.json",
+                 "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        os.link(models["v1"] / name, repo / name)
+    (repo / "x*.safetensors").write_bytes(b"\0" * 16)
+    (repo / "xsub").mkdir()
+    (repo / "xsub" / "evil.safetensors").write_bytes(b"\0" * 16)
+    server = hub_standin.HubStandin({"acme/globbed": {"revisions": {"main": str(repo)}}}).start()
+    try:
+        proc = cli("model", "fetch", "hf:acme/globbed", str(tmp_path / "m"),
+                   env={"HF_ENDPOINT": server.url})
+    finally:
+        server.stop()
+    _one_line_exit_2(proc, "'x*.safetensors' has a name onecat does not fetch")
+    assert not [r for r in server.requests if "evil" in r["path"]]
+    assert not (tmp_path / "m").exists()
+
+
+COMMIT_B = "b" * 40
+
+
+@pytest.mark.parametrize(("tamper", "revision", "expected"), [
+    ({"sha": "a/../../etc"}, "main", "the commit 'a/../../etc' (not 40 hex digits)"),
+    ({"sha": COMMIT_B}, None, f"and the server answered {COMMIT_B}"),
+    ({"entry": {"size": None}}, "main", "with size None"),
+    ({"entry": {"size": -5}}, "main", "with size -5"),
+    ({"entry": {"lfs": {"oid": "../x", "size": 1, "pointerSize": 1}}}, "main",
+     "the sha256 '../x'"),
+    ({"loop": True}, "main", "twice (its pages loop)"),
+])
+def test_a_hostile_hub_answer_is_one_line(hub, tmp_path, tamper, revision, expected):
+    hub.tamper.update(tamper)
+    commit = hub.repos["acme/tiny-nvfp4"].refs["main"]
+    proc = cli("model", "fetch", f"hf:acme/tiny-nvfp4@{revision or commit}", str(tmp_path / "m"))
+    _one_line_exit_2(proc, expected)
+    assert not (tmp_path / "m").exists()
+    assert not [r for r in hub.requests if r["path"].startswith("/cdn/")]
+
+
+def test_a_huge_api_answer_is_refused_before_it_is_read(hub, tmp_path, monkeypatch):
+    monkeypatch.setattr(model_fetch, "MAX_API_BODY", 64 * 1024)
+    hub.tamper["pad"] = 1024 * 1024
+    with pytest.raises(model_fetch.FetchError, match=r"answered /api/models/.*at most"):
+        model_fetch.fetch("hf:acme/tiny-nvfp4", str(tmp_path / "m"), progress=False)
+    # (The stand-in records a request when its handler ends, after the client hung up: not
+    # waited for here.) Nothing was listed or downloaded, nothing written.
+    assert not [r for r in hub.requests if "/tree/" in r["path"] or r["path"].startswith("/cdn/")]
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_token_never_goes_to_a_plain_http_mirror(tmp_path):
+    proc = cli("model", "fetch", "hf:acme/tiny-nvfp4", str(tmp_path / "m"),
+               env={"HF_ENDPOINT": "http://mirror.example.invalid", "HF_TOKEN": TOKEN})
+    _one_line_exit_2(proc, "would cross the network in clear")
+    assert TOKEN not in proc.stderr
+
+
+def test_a_leftover_in_the_partial_folder_does_not_reach_dest(hub, tmp_path):
+    partial = tmp_path / "m.partial"
+    (partial / "sub").mkdir(parents=True)
+    (partial / "stray.safetensors").write_bytes(b"x")
+    (partial / "sub" / "notes.txt").write_text("x")
+    assert cli("model", "fetch", "hf:acme/tiny-nvfp4", str(tmp_path / "m")).returncode == 0
+    listed = {f["path"] for f in load_manifest(str(tmp_path / "m"))["files"]}
+    on_disk = {str(p.relative_to(tmp_path / "m")) for p in (tmp_path / "m").rglob("*")}
+    assert on_disk - listed <= {MANIFEST_NAME, STAMP_NAME}
+
+
+def _plain_model(tmp_path: Path, models) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("config.json", "model.safetensors.index.json",
+                 "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        os.link(models["v1"] / name, src / name)
+    return src
+
+
+def test_a_file_source_never_follows_a_link_out_of_the_model(models, tmp_path):
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("PRIVATE KEY\n")
+    src = _plain_model(tmp_path, models)
+    (src / "merges.txt").symlink_to(secret)
+    proc = cli("model", "fetch", f"file:{src}", str(tmp_path / "m"))
+    _one_line_exit_2(proc, "merges.txt is a symbolic link")
+    assert not (tmp_path / "m").exists() and not (tmp_path / "m.partial").exists()
+    (src / "merges.txt").unlink()
+    os.mkfifo(src / "vocab.txt")  # would block the copy for ever
+    proc = cli("model", "fetch", f"file:{src}", str(tmp_path / "m"))
+    _one_line_exit_2(proc, "vocab.txt is a FIFO")
+
+
+def test_a_manifest_path_through_a_linked_folder_is_refused(models, tmp_path):
+    from onecat.model.manifest import build_manifest, hash_file, write_json_atomic
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.json").write_text("{}")
+    src = _plain_model(tmp_path, models)
+    (src / "sub").symlink_to(outside)
+    rows = [{"path": p, "size": os.path.getsize(src / p), "sha256": hash_file(str(src / p))}
+            for p in ("config.json", "sub/a.json")]
+    write_json_atomic(str(src / MANIFEST_NAME), build_manifest(rows, source=f"file:{src}"))
+    proc = cli("model", "fetch", f"file:{src}", str(tmp_path / "m"))
+    _one_line_exit_2(proc, "sub is a symbolic link")
+    proc = cli("model", "verify", str(src))
+    assert proc.returncode == 1 and "sub is a symbolic link" in proc.stderr
+
+
+def _write_manifest(folder: Path, rows: list[dict]) -> None:
+    from onecat.model.manifest import manifest_digest
+
+    manifest = {"format": 1, "source": "file:/x", "files": rows, "total_size": 0}
+    try:
+        manifest["digest"] = manifest_digest(manifest)
+    except (KeyError, TypeError):
+        manifest["digest"] = "0" * 64
+    (folder / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+EMPTY_SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def test_verify_never_blocks_on_a_fifo_or_reads_a_device(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    os.mkfifo(folder / "fifo.json")
+    (folder / "zero.safetensors").symlink_to("/dev/zero")
+    _write_manifest(folder, [{"path": "fifo.json", "size": 0, "sha256": EMPTY_SHA},
+                             {"path": "zero.safetensors", "size": 0, "sha256": EMPTY_SHA}])
+    proc = cli("model", "verify", str(folder))  # cli() times out after 120 s
+    assert proc.returncode == 1, proc.stderr
+    assert "fifo.json is a FIFO" in proc.stderr
+    assert "zero.safetensors is a symbolic link" in proc.stderr
+
+
+@pytest.mark.parametrize(("document", "expected"), [
+    ({"files": [{"path": ".", "size": 0, "sha256": EMPTY_SHA}]}, "names no file"),
+    ({"files": [{"path": "", "size": 0, "sha256": EMPTY_SHA}]}, "not a file name"),
+    ({"files": [{"path": "a\0b", "size": 0, "sha256": EMPTY_SHA}]}, "control character"),
+    ({"files": [{"path": "a/../../b", "size": 0, "sha256": EMPTY_SHA}]}, "leaves the model"),
+    ({"files": [{"path": "a", "size": 1e400, "sha256": EMPTY_SHA}]}, "a byte count"),
+    ({"files": [{"path": "a", "size": True, "sha256": EMPTY_SHA}]}, "a byte count"),
+    ({"files": [{"path": "a", "size": 1, "sha256": "../../x"}]}, "64 hex digits"),
+    ({"files": [{"path": "a", "size": 1, "sha256": EMPTY_SHA}] * 2}, "listed twice"),
+    ({"files": {"a": 1}}, "not a onecat manifest"),
+    ([1, 2], "not a onecat manifest"),
+    ("deep", "nested too deeply"),
+])
+def test_a_hostile_manifest_is_one_line(tmp_path, document, expected):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    if document == "deep":
+        (folder / MANIFEST_NAME).write_text("[" * 100_000 + "]" * 100_000)
+    elif isinstance(document, dict):
+        _write_manifest(folder, document["files"]) if isinstance(document["files"], list) \
+            else (folder / MANIFEST_NAME).write_text(json.dumps(document))
+    else:
+        (folder / MANIFEST_NAME).write_text(json.dumps(document))
+    proc = cli("model", "verify", str(folder))
+    _one_line_exit_2(proc, expected)
