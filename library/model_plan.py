@@ -72,8 +72,20 @@ options:
   max_num_seqs:
     description:
       - Sequences per step (C(--max-num-seqs)); sizes the profiled sampler pass. Unset means
-        the plan chooses (4 x the full-length capacity, at most 64).
+        the plan chooses as many typical requests (O(typical_input_tokens) +
+        O(typical_output_tokens)) as the KV cache holds, at most the engine's 256.
     type: int
+  typical_input_tokens:
+    description:
+      - Prompt tokens of a typical request, which sizes C(--max-num-seqs) (the benchmark's 500).
+    type: int
+    default: 500
+  typical_output_tokens:
+    description:
+      - Generated tokens of a typical request, which sizes C(--max-num-seqs) (the
+        benchmark's 256).
+    type: int
+    default: 256
   cuda_context_gib:
     description: Per-GPU CUDA context and NCCL memory, which must fit outside vLLM's share.
     type: float
@@ -166,7 +178,8 @@ from ansible.module_utils.onecat.model.plan import INVALID_INPUT, misfit_message
 PLANNER_OPTIONS = ("gpus", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len",
                    "tensor_parallel_size", "kv_cache_dtype", "engine", "engine_version",
                    "compute_capability", "max_num_batched_tokens", "max_num_seqs",
-                   "cuda_context_gib", "non_torch_gib", "cuda_graph_gib")
+                   "cuda_context_gib", "non_torch_gib", "cuda_graph_gib",
+                   "typical_input_tokens", "typical_output_tokens")
 
 
 def main() -> None:
@@ -184,6 +197,8 @@ def main() -> None:
             "compute_capability": {"type": "str", "default": "7.0"},
             "max_num_batched_tokens": {"type": "int", "default": 2048},
             "max_num_seqs": {"type": "int"},
+            "typical_input_tokens": {"type": "int", "default": 500},
+            "typical_output_tokens": {"type": "int", "default": 256},
             "cuda_context_gib": {"type": "float", "default": 0.6},
             "non_torch_gib": {"type": "float", "default": 0.15},
             "cuda_graph_gib": {"type": "float", "default": 0.3},

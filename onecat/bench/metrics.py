@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from onecat.bench.runner import RequestResult
 from onecat.bench.stats import summarize
@@ -56,6 +57,19 @@ def level_warnings(completed: int) -> list[str]:
                 f"{MIN_REQUESTS_FOR_P99} or more when the tail matters (ITL p99 pools every "
                 "gap and is fine)"]
     return []
+
+
+def queue_warnings(concurrency: int, peaks: dict[str, Any]) -> list[str]:
+    """A level whose requests waited at the server measures its queue, not its GPUs: vLLM runs
+    at most --max-num-seqs requests (and as many as the KV cache holds) and queues the rest."""
+    waiting, running = peaks.get("num_requests_waiting_max"), peaks.get("num_requests_running_max")
+    if not isinstance(waiting, int | float) or waiting < 1:
+        return []
+    ran = f"; at most {running:g} ran at once" if isinstance(running, int | float) else ""
+    return [f"up to {waiting:g} of {concurrency} requests waited at the server (vLLM's "
+            f"num_requests_waiting){ran}: this level's TTFT includes queueing behind "
+            "--max-num-seqs or a full KV cache, so it measures the queue, not the GPUs (see "
+            "'max-seqs' in onecat plan)"]
 
 
 def level_metrics(results: Sequence[RequestResult], concurrency: int,

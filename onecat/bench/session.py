@@ -13,7 +13,7 @@ from pathlib import Path
 from onecat import __version__
 from onecat.bench import output, prompts
 from onecat.bench.httpclient import Connection, Endpoint, HttpError, public_url
-from onecat.bench.metrics import level_metrics
+from onecat.bench.metrics import level_metrics, queue_warnings
 from onecat.bench.observe import (
     MemoryReader,
     MemorySampler,
@@ -265,6 +265,7 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         fetch.close()  # type: ignore[attr-defined]
         result = level_metrics(run.results, level, run.duration, opts.goodput)
         result.update(scraper.peaks)
+        result["warnings"] = [*result["warnings"], *queue_warnings(level, scraper.peaks)]
         result["metrics_scrapes"] = scraper.scrapes
         result["gpu_memory_used_mib"] = memory
         result["client_cpu_s"] = cpu

@@ -212,3 +212,17 @@ def test_empty_text_chunks_are_chunks_like_vllm_bench_serve(tmp_path):
     assert 15 <= level["median_itl_ms"] < 30  # one decode step, not two
     assert level["median_tpot_ms"] == pytest.approx(level["mean_itl_ms"], rel=0.2)
     assert level["request_goodput"] is None and level["warnings"]  # 4 requests: p99 is the max
+
+
+def test_a_level_beyond_max_num_seqs_warns_that_it_measures_the_queue(tmp_path):
+    # vLLM runs at most --max-num-seqs requests and queues the rest (num_requests_waiting): a
+    # level of 8 against 2 slots measures the queue. The level at 2 does not warn.
+    with standin(tmp_path, args=["--max-num-seqs", "2"],
+                 env={"STANDIN_DECODE_MS": "20"}) as server:
+        levels = _run(server.url, tmp_path / "out", concurrency=[2, 8], output_len=16)
+    at_two, at_eight = levels
+    assert not any("waited at the server" in w for w in at_two["warnings"])
+    assert at_eight["num_requests_waiting_max"] >= 1
+    warning = next(w for w in at_eight["warnings"] if "waited at the server" in w)
+    assert "of 8 requests waited" in warning and "at most 2 ran at once" in warning
+    assert warning in (tmp_path / "out" / "summary.md").read_text()

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import model_fixtures as mf
 
 from onecat.model import cli as plan_cli
-from onecat.model.plan import DEFAULTS
+from onecat.model.plan import DEFAULTS, WORKLOAD_DEFAULTS
 
 REPO = Path(__file__).resolve().parents[2]
 STABLE_KEYS = {
@@ -199,7 +199,7 @@ def _module_doc() -> dict:
 
 def test_module_documents_the_planner_defaults():
     options = _module_doc()["options"]
-    for name, default in DEFAULTS.items():
+    for name, default in {**DEFAULTS, **WORKLOAD_DEFAULTS}.items():
         assert options[name].get("default") == default, name
 
 
