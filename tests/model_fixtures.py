@@ -117,6 +117,17 @@ QWEN38_27B: dict[str, Any] = {
                             "partial_rotary_factor": 0.25},
     },
 }
+# A small Qwen3.5-shaped hybrid (the same fields, tiny dimensions: a few MB of sparse data) for
+# what must move a real checkpoint through the Hub, the nodes and the stand-in engine.
+QWEN35_TINY: dict[str, Any] = {
+    **QWEN35_27B,
+    "text_config": {**QWEN35_27B_TEXT, "hidden_size": 512, "intermediate_size": 1024,
+                    "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+                    "head_dim": 128, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+                    "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+                    "max_position_embeddings": 32768, "vocab_size": 4096},
+    "vision_config": {**QWEN35_27B["vision_config"], "depth": 2, "out_hidden_size": 512},
+}
 QWEN_GENERATION_CONFIG: dict[str, Any] = {
     "bos_token_id": 151643, "pad_token_id": 151643, "do_sample": True,
     "eos_token_id": [151645, 151643], "repetition_penalty": 1.05, "temperature": 0.7,

@@ -51,6 +51,36 @@ def test_accepts_every_flag_onecat_passes(tmp_path):
     assert resolved["api_key"] == "k"
 
 
+def _hybrid_config() -> dict:
+    sys.path.insert(0, str(STANDIN.parent))
+    import model_fixtures as mf
+
+    return json.loads(json.dumps(mf.QWEN35_TINY))
+
+
+def test_a_hybrid_wrapped_in_text_config_is_read_like_vllm(tmp_path):
+    # Qwen3.5 checkpoints nest the text model under text_config (vLLM's get_hf_text_config);
+    # the planner adds --language-model-only for them.
+    model = write_model(tmp_path / "m", _hybrid_config())
+    args = cli.build_parser().parse_args(["serve", str(model), *ONECAT_FLAGS,
+                                          "--language-model-only"])
+    resolved = cli.resolve(args, Settings())
+    assert resolved["max_model_len"] == 8192
+    assert resolved["text_config"]["vocab_size"] == 4096
+    args = cli.build_parser().parse_args(["serve", str(model), "--max-model-len", "40000"])
+    with pytest.raises(cli.EngineConfigError, match=r"max_position_embeddings=32768"):
+        cli.resolve(args, Settings())
+
+
+def test_a_hybrid_whose_linear_heads_do_not_split_fails_like_vllm(tmp_path):
+    config = _hybrid_config()
+    config["text_config"]["linear_num_value_heads"] = 9
+    args = cli.build_parser().parse_args(["serve", str(write_model(tmp_path / "m", config)),
+                                          "--tensor-parallel-size", "2"])
+    with pytest.raises(cli.EngineConfigError, match="9 is not divisible by 2"):
+        cli.resolve(args, Settings())
+
+
 def test_removed_swap_space_is_an_argparse_error(tmp_path):
     run = _vllm(tmp_path, "--swap-space", "16")
     assert run.returncode == 2

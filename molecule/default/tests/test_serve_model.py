@@ -136,3 +136,26 @@ def test_a_revision_change_deploys_the_new_commit_and_keeps_the_old(host, run_pl
     inode = host.check_output(
         f"stat -c %i {revision_dir(old)}/{SHARD} {revision_dir(new)}/{SHARD}").split()
     assert inode[0] == inode[1]
+
+
+def test_the_forks_hybrid_flagship_shape_is_planned_fetched_and_served(host, run_playbook):
+    # A Qwen3.5 Gated DeltaNet hybrid (text model nested in text_config, a vision tower): the
+    # planner lays it out as vLLM's hybrid KV-cache manager does and serves it text-only; the
+    # stand-in engine reads text_config as vLLM does and the gate passes. Runs last: the whole
+    # fleet changes model.
+    if host.backend.hostname != "onecat-node2":
+        pytest.skip("runs once, against onecat-node2 (the whole fleet changes)")
+    hybrid = "qwen35-tiny-nvfp4"
+    run = run_playbook(MODEL_AND_SERVE, "-e", f"onecat_model=hf:onecat-test/{hybrid}@main")
+    assert run.rc == 0, run.output[-4000:]
+    assert read_lock()["model"]["source"] == f"hf:onecat-test/{hybrid}@main"
+    unit = host.file(UNIT).content_string
+    assert "--language-model-only" in unit and f":/models/{hybrid}:ro" in unit
+    seqs = int(re.search(r"--max-num-seqs (\d+)", unit)[1])
+    assert 1 <= seqs <= 256
+    models = json.loads(host.check_output("curl -fsS http://127.0.0.1:8000/v1/models"))
+    assert [m["id"] for m in models["data"]] == [hybrid]
+    # The engine took it as a hybrid (its start-up line about one page size for both).
+    assert host.run("journalctl -u vllm.service --no-pager -o cat "
+                    "| grep -q 'attention page size is >= mamba page size'").rc == 0
+    print(f"hybrid model + serve run, 2 nodes: {run.seconds:.1f} s")

@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--attention-backend", default=None)
     add("-O", "--compilation-config", default=None)
     add("--limit-mm-per-prompt", default=None)
+    # Multimodal checkpoints served as text (the vision tower neither loaded nor profiled;
+    # 1Cat-vLLM vllm/config/multimodal.py language_model_only).
+    add("--language-model-only", action="store_true")
     _bool_pair(serve, "enable-prefix-caching")
     _bool_pair(serve, "enable-chunked-prefill")
     return parser
@@ -196,12 +199,21 @@ def resolve(args: argparse.Namespace, knobs: settings_mod.Settings) -> dict:
     if args.attention_backend and args.attention_backend not in ATTENTION_BACKENDS:
         raise EngineConfigError(f"Invalid attention backend: '{args.attention_backend}'. "
                                 f"Valid backends are: {ATTENTION_BACKENDS}")
-    heads = config.get("num_attention_heads")
-    head_dim = config.get("head_dim") or (config.get("hidden_size", 0) // heads if heads else None)
+    # vLLM reads the text model's dimensions from text_config when the checkpoint wraps one
+    # (get_hf_text_config: Qwen3.5's Qwen3_5ForConditionalGeneration, Llava-style wrappers).
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    heads = text.get("num_attention_heads")
+    head_dim = text.get("head_dim") or (text.get("hidden_size", 0) // heads if heads else None)
+    # Gated DeltaNet layers split their heads across the tensor-parallel ranks with divide(),
+    # an assertion (vllm/model_executor/layers/mamba/mamba_utils.py, "x is not divisible by y").
+    for field in ("linear_num_key_heads", "linear_num_value_heads"):
+        value = text.get(field)
+        if isinstance(value, int) and value % args.tensor_parallel_size:
+            raise EngineConfigError(f"{value} is not divisible by {args.tensor_parallel_size}")
     if args.attention_backend == "FLASH_ATTN_V100" and head_dim and head_dim not in (64, 128, 256):
         raise EngineConfigError(f"FLASH_ATTN_V100 supports head sizes [64, 128, 256], "
                                 f"but the model has head size {head_dim}.")
-    derived = int(config.get("max_position_embeddings") or 2048)
+    derived = int(text.get("max_position_embeddings") or 2048)
     max_len = args.max_model_len or derived
     if max_len > derived:
         raise EngineConfigError(
@@ -219,6 +231,7 @@ def resolve(args: argparse.Namespace, knobs: settings_mod.Settings) -> dict:
     return {
         "model": model,
         "config": config,
+        "text_config": text,
         "dtype": dtype,
         "detected_quantization": detected,
         "max_model_len": max_len,
@@ -247,7 +260,7 @@ async def _stats_logger(engine: Engine, period: float) -> None:
 async def _run_server(args: argparse.Namespace, knobs: settings_mod.Settings,
                       resolved: dict) -> None:
     engine = Engine(knobs, resolved["max_num_seqs"], resolved["kv_tokens"])
-    vocab = int(resolved["config"].get("vocab_size") or 32000)
+    vocab = int(resolved["text_config"].get("vocab_size") or 32000)
     app = App(ServeConfig(resolved["served_names"], resolved["model"],
                           resolved["max_model_len"], vocab, resolved["api_key"],
                           not args.disable_uvicorn_access_log,
@@ -289,6 +302,11 @@ def serve(args: argparse.Namespace, knobs: settings_mod.Settings) -> int:
     config = resolved["config"]
     arch = (config.get("architectures") or ["UnknownForCausalLM"])[0]
     _log(f"Resolved architecture: {arch}", "model.py:547")
+    layer_types = resolved["text_config"].get("layer_types") or []
+    if "linear_num_value_heads" in resolved["text_config"] or "linear_attention" in layer_types:
+        # What vLLM prints for a hybrid (attention + Gated DeltaNet): one page size for both.
+        _log("Setting attention block size to a multiple of 16 tokens to ensure that attention "
+             "page size is >= mamba page size.", "interface.py:641")
     _log(f"Using max model len {resolved['max_model_len']}", "model.py:1510")
     if resolved["detected_quantization"]:
         _log(f"Detected quantization method: {resolved['detected_quantization']}",
