@@ -35,15 +35,19 @@ OS = {
 
 
 def run_playbook(playbook: str, hosts: dict[str, dict], tmp_path: Path, check: bool,
-                 *, diff: bool = False, path_first: Path | None = None) -> dict:
+                 *, diff: bool = False, path_first: Path | None = None,
+                 groups: dict[str, list[str]] | None = None) -> dict:
     """Run tests/roles/ansible/<playbook> for `hosts` (name -> vars); return the json output.
 
     `path_first` puts a folder of test doubles first on PATH (the modules run locally).
     """
-    inventory = {"all": {"hosts": {
+    inventory: dict = {"all": {"hosts": {
         name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **hvars}
         for name, hvars in hosts.items()
     }}}
+    if groups:
+        inventory["all"]["children"] = {group: {"hosts": dict.fromkeys(members, {})}
+                                        for group, members in groups.items()}
     inv = tmp_path / "inventory.json"
     inv.write_text(json.dumps(inventory))
     env = {

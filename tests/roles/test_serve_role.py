@@ -270,3 +270,32 @@ def test_unsafe_input_is_refused_before_anything_is_written(refused, host, tmp_p
     assert REFUSALS[host][1] in " ".join(outcome["msg"].split()), outcome["msg"]
     assert outcome["changed"] == []
     assert "s3cret" not in outcome["msg"] or host.startswith("api_key")
+
+
+@pytest.mark.parametrize(("mode", "rotate", "expected"), [
+    (0o644, False, "mode 0644: its group or anyone on the controller can read the key"),
+    (0o600, True, "vllm_serve_rotate_keys rotates each node's own keys, but this fleet shares"),
+    (0o600, False, None),
+])
+def test_a_readable_fleet_key_or_a_rotation_that_would_keep_it_is_refused(
+        tmp_path, wheel, mode, rotate, expected):
+    key_file = tmp_path / "secrets" / "engine-api-key"
+    key_file.parent.mkdir(mode=0o700)
+    key_file.write_text("A" * 43 + "\n")
+    key_file.chmod(mode)
+    host = _host(tmp_path, wheel, vllm_serve_bind_address="0.0.0.0",
+                 vllm_serve_fleet_key_file=str(key_file), vllm_serve_rotate_keys=rotate)
+    data = run_playbook("serve_render.yml", {"n1": host}, tmp_path, check=False,
+                        groups={"gateway": ["n1"]})
+    outcome = host_outcome(data, "n1")
+    leaks = [(task["task"]["name"], json.dumps(result)[:300]) for play in data["plays"]
+             for task in play["tasks"] for result in task["hosts"].values()
+             if "A" * 43 in json.dumps(result)
+             and task["task"]["name"] != "Write the rendered files."]  # the test's own output
+    assert not leaks, leaks
+    if expected is None:  # owner-only, no rotation: the node gets the fleet key
+        assert outcome["failed_task"] is None, outcome
+        assert "VLLM_API_KEY=" + "A" * 43 in (tmp_path / "n1.env").read_text()
+        return
+    assert outcome["failed_task"] and expected in outcome["msg"], outcome
+    assert not (tmp_path / "n1.env").exists()
