@@ -25,6 +25,13 @@ options:
     description: Id of this run, written into the summary.
     type: str
     default: ""
+  notes:
+    description:
+      - What holds for the whole fleet in this run (e.g. an open gateway), one line each;
+        written into the summary and printed under the table on every run.
+    type: list
+    elements: str
+    default: []
   dest:
     description: Path of the JSON file to write; its folder is created.
     type: path
@@ -69,6 +76,7 @@ def main() -> None:
         argument_spec={
             "hosts": {"type": "dict", "required": True},
             "run_id": {"type": "str", "default": ""},
+            "notes": {"type": "list", "elements": "str", "default": []},
             "dest": {"type": "path", "required": True},
         },
         supports_check_mode=True,
@@ -77,7 +85,7 @@ def main() -> None:
         name: {key: facts.get(key) for key in FACT_KEYS} if isinstance(facts, dict) else {}
         for name, facts in module.params["hosts"].items()
     }
-    summary = summarize(hosts, module.params["run_id"])
+    summary = summarize(hosts, module.params["run_id"], module.params["notes"])
     text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
     dest = module.params["dest"]
     # The summary is this run's log on the controller, not a change to any host: it is

@@ -49,20 +49,29 @@ gateway_host="$(ansible-inventory -i inventory/simulated.yml --list \
   | python3 -c 'import json,sys; print((json.load(sys.stdin).get("gateway", {}).get("hosts") or [""])[0])')"
 address="$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "${gateway_host}")"
 gateway="http://${address}:8000"
-model="$(curl -fsS "${gateway}/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')"
+# Closed by default: the gateway stage generated one client key on the controller (the
+# simulated fleet keeps it in .cache/simulated/secrets); every client sends it.
+keys_file=".cache/simulated/secrets/gateway-client-keys"
+key_file="${run_dir}/client-key"
+(umask 077 && awk 'NR == 1 {print $2}' "${keys_file}" > "${key_file}")
+auth="Authorization: Bearer $(cat "${key_file}")"
+model="$(curl -fsS -H "${auth}" "${gateway}/v1/models" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')"
 
 say "one completion through the gateway (${gateway})"
 echo "The simulated nodes have no GPU: each runs a stand-in for the vLLM engine"
 echo "(tests/standin_engine) that speaks the same HTTP API at a V100-like pace but writes short"
 echo "common words picked from a hash of the prompt, not a model's answer."
-curl -fsS "${gateway}/v1/completions" -H 'Content-Type: application/json' \
+echo "Without the client key the gateway answers $(curl -s -o /dev/null -w '%{http_code}' "${gateway}/v1/models"); with it (from ${keys_file}):"
+curl -fsS "${gateway}/v1/completions" -H 'Content-Type: application/json' -H "${auth}" \
   -d "{\"model\": \"${model}\", \"prompt\": \"The capital of France is\", \"max_tokens\": 12, \"temperature\": 0}" \
   > "${run_dir}/completion.json"
 python3 -m json.tool "${run_dir}/completion.json"
 
 say "a short benchmark through the gateway"
-onecat bench --url "${gateway}" --out "${run_dir}/gateway" --concurrency 1,4 --input-len 64 \
-  --output-len 32 --requests-per-level 8 --warmup 1 --gateway-stats "http://${address}:8404/stats"
+onecat bench --url "${gateway}" --api-key-file "${key_file}" --out "${run_dir}/gateway" \
+  --concurrency 1,4 --input-len 64 --output-len 32 --requests-per-level 8 --warmup 1 \
+  --gateway-stats "http://${address}:8404/stats"
+rm -f "${key_file}"
 
 say "onecat status -i inventory/simulated.yml (what each node's watch says now)"
 onecat status -i inventory/simulated.yml || true

@@ -84,10 +84,14 @@ def _in_rotation(state: Any) -> bool | None:
     return bool(state.get("in_rotation")) and bool(state.get("serving"))
 
 
-def summarize(hosts: Mapping[str, Mapping[str, Any]], run_id: str = "") -> dict[str, Any]:
+def summarize(hosts: Mapping[str, Mapping[str, Any]], run_id: str = "",
+              notes: list[Any] | None = None) -> dict[str, Any]:
+    """Per host rows, the lists of held/serving/rolled back/in rotation hosts, and the run's
+    notes (what holds for the whole fleet, e.g. an open gateway), one line each."""
     rows = [summarize_host(host, facts) for host, facts in sorted(hosts.items())]
     return {
         "run_id": run_id,
+        "notes": [_line(note) for note in notes or [] if note and _line(note)],
         "hosts": rows,
         "held": [row["host"] for row in rows if row["status"].startswith("held")],
         "serving": [row["host"] for row in rows if row["serving"]],
@@ -108,6 +112,7 @@ def render_table(summary: Mapping[str, Any]) -> str:
             f"{'yes' if row['rolled_back'] else 'no':<12} {yes_no(row.get('in_rotation'))}"
         )
         lines.extend(f"    - {reason}" for reason in row["reasons"])
+    lines.extend(f"NOTE: {note}" for note in summary.get("notes") or [])
     return "\n".join(lines)
 
 

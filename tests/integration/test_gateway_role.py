@@ -82,3 +82,28 @@ def test_a_gateway_on_a_node_needs_its_own_port(tmp_path):
                     "-e", "gateway_nodes_group=gateway")
     output = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0 and "needs a port other than the node's server" in output
+
+
+def test_without_a_key_file_one_client_key_is_generated_once_and_required(tmp_path):
+    # Closed by default: the first run makes an owner-only key file on the controller (the
+    # run then stops here: no node serves), the next run keeps it.
+    generated = tmp_path / "secrets" / "gateway-client-keys"
+    first = run_role(tmp_path, {"n1": None})
+    assert "gw has no serving back end" in first.stdout + first.stderr
+    line = generated.read_text()
+    name, key = line.split()
+    assert name == "onecat" and len(key) == 43 and key.isalnum()
+    assert generated.stat().st_mode & 0o777 == 0o600
+    assert generated.parent.stat().st_mode & 0o777 == 0o700
+    assert key not in first.stdout + first.stderr
+    said = " ".join(first.stdout.split())
+    assert "client key into" in said and str(generated) in said
+    run_role(tmp_path, {"n1": None})
+    assert generated.read_text() == line
+
+
+def test_an_open_gateway_is_asked_for_and_said(tmp_path):
+    proc = run_role(tmp_path, {"n1": None}, "-e", "onecat_gateway_open=true")
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert "the gateway on gw is OPEN: anyone who reaches 0.0.0.0:8000" in output
+    assert not (tmp_path / "secrets").exists()

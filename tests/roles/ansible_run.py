@@ -46,7 +46,7 @@ def run_playbook(playbook: str, hosts: dict[str, dict], tmp_path: Path, check: b
         for name, hvars in hosts.items()
     }}}
     if groups:
-        inventory["all"]["children"] = {group: {"hosts": dict.fromkeys(members, {})}
+        inventory["all"]["children"] = {group: {"hosts": {name: {} for name in members}}
                                         for group, members in groups.items()}
     inv = tmp_path / "inventory.json"
     inv.write_text(json.dumps(inventory))

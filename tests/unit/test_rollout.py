@@ -92,3 +92,11 @@ def test_gateway_state_says_whether_a_host_is_in_rotation():
     assert rows["node-a"]["in_rotation"] is True and rows["node-b"]["in_rotation"] is False
     assert summary["in_rotation"] == ["node-a"]
     assert render_table(summary).splitlines()[3].split()[-1] == "no"
+
+
+def test_run_notes_are_one_line_each_and_printed_under_the_table():
+    summary = summarize({"n1": {"onecat_stage": "serve", "onecat_stages_passed": ["serve"]}},
+                        "r1", ["the gateway on gw is OPEN:\n anyone", "", None])
+    assert summary["notes"] == ["the gateway on gw is OPEN: anyone"]
+    assert render_table(summary).splitlines()[-1] == "NOTE: the gateway on gw is OPEN: anyone"
+    assert summarize({}, "r2")["notes"] == []

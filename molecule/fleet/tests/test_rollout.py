@@ -74,6 +74,12 @@ def gateway_url() -> str:
     return f"http://{node_address('fleet-b')}:8000"
 
 
+def client_key() -> str:
+    """The gateway's client key, generated on the controller by the gateway stage (closed by
+    default: `onecat <key>` in secrets/gateway-client-keys)."""
+    return (EPHEMERAL / "secrets" / "gateway-client-keys").read_text().split()[1]
+
+
 def http_status(probe, url: str, key: str = "") -> int:
     """HTTP status of a GET sent from the node `probe` (0: nothing answered)."""
     auth = f"-H 'Authorization: Bearer {key}' " if key else ""
@@ -100,7 +106,7 @@ def wait_for_servers(predicate, timeout: float = 15.0) -> dict[str, dict[str, st
 
 def under_load(run_playbook, *args: str) -> tuple:
     """Run site.yml while 3 clients stream through the gateway; 10 s of load before it."""
-    load = LoadClient(gateway_url(), MODEL, workers=3, max_tokens=LOAD_TOKENS,
+    load = LoadClient(gateway_url(), MODEL, key=client_key(), workers=3, max_tokens=LOAD_TOKENS,
                       max_requests=20_000, max_seconds=1500).start()
     time.sleep(10)
     started = time.monotonic()
@@ -158,7 +164,12 @@ def test_first_rollout_holds_out_the_ecc_node_and_serves_the_others(run_playbook
                                                 for r in rows.values()))
     assert sorted(servers) == ["fleet-a", "fleet-b"], servers
     assert all(r["status"].startswith("UP") for r in servers.values()), servers
-    assert stream_completion(gateway_url(), MODEL, max_tokens=8).tokens == 8
+    assert stream_completion(gateway_url(), MODEL, max_tokens=8, key=client_key()).tokens == 8
+    # Closed by default: the one port the fleet exposes answers only to the client key.
+    keys_file = EPHEMERAL / "secrets" / "gateway-client-keys"
+    assert oct(keys_file.stat().st_mode & 0o777) == "0o600"
+    assert http_status(node("fleet-c"), gateway_url() + "/v1/models") == 401
+    assert http_status(node("fleet-c"), gateway_url() + "/v1/models", client_key()) == 200
     # The nodes publish on every address for the gateway, so they share one generated key:
     # from another node, nothing answers without it; the gateway sends it.
     fleet_key = (EPHEMERAL / "secrets" / "engine-api-key")
@@ -187,7 +198,7 @@ def test_gateway_refuses_a_malformed_key_file_and_keeps_running(run_playbook, tm
     assert "the client key file is refused" in flat and "line 2" in flat, flat[-2000:]
     assert "sk-alice" not in run.output
     assert b.check_output("sha256sum /etc/haproxy/haproxy.cfg") == config
-    assert stream_completion(gateway_url(), MODEL, max_tokens=4).status == 200
+    assert stream_completion(gateway_url(), MODEL, max_tokens=4, key=client_key()).status == 200
 
 
 def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
@@ -328,7 +339,7 @@ def test_watch_drains_a_failing_node_restarts_it_once_then_holds_it_out(run_play
 
 
 def _watch_catches_ecc_then_garbage(a) -> None:
-    load = LoadClient(gateway_url(), MODEL, workers=3, max_tokens=LOAD_TOKENS,
+    load = LoadClient(gateway_url(), MODEL, key=client_key(), workers=3, max_tokens=LOAD_TOKENS,
                       max_requests=20_000, max_seconds=900).start()
     try:
         time.sleep(5)
@@ -419,7 +430,7 @@ def test_burn_in_refuses_a_node_whose_ecc_rises_under_load_until_it_passes_again
     servers = wait_for_servers(lambda rows: "burn-in" in rows["fleet-a"]["last_agt"])
     assert servers["fleet-a"]["status"].startswith("MAINT"), servers["fleet-a"]
     assert servers["fleet-b"]["status"].startswith("UP")
-    assert stream_completion(gateway_url(), MODEL, max_tokens=4).status == 200
+    assert stream_completion(gateway_url(), MODEL, max_tokens=4, key=client_key()).status == 200
 
     rerun = str(EPHEMERAL / "results" / "after-burnin")
     run = run_playbook(SITE, "-e", GOOD_ENV, "-e", f"onecat_results_dir={rerun}")
