@@ -33,10 +33,11 @@ class Outcome:
 
 
 def stream_completion(url: str, model: str, max_tokens: int = 16, key: str = "",
-                      timeout: float = 60.0, prompt: str = "The capital of France is") -> Outcome:
+                      timeout: float = 60.0, prompt: str = "The capital of France is",
+                      headers: dict[str, str] | None = None) -> Outcome:
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **(headers or {})}
     if key:
         headers["Authorization"] = f"Bearer {key}"
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens,

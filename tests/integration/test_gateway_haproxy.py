@@ -223,6 +223,11 @@ def test_client_keys_rate_limit_and_the_engine_key(tmp_path: Path) -> None:
             runtime = Runtime(gw.socket)
             assert wait_until(lambda: all_up(runtime, 2)), runtime.stat()
             assert stream_completion(gw.url, MODEL, 2, key=alice).status == 200
+            # The scheme is case-insensitive (RFC 7235 2.1); only the token is the key.
+            lower = {"authorization": f"bearer {alice}"}
+            assert stream_completion(gw.url, MODEL, 2, headers=lower).status == 200
+            assert stream_completion(gw.url, MODEL, 2, headers={
+                "authorization": f"Basic {alice}"}).status == 401
             assert stream_completion(gw.url, MODEL, 2).status == 401
             assert stream_completion(gw.url, MODEL, 2, key="sk-wrong-" + "0" * 16).status == 401
             statuses = [stream_completion(gw.url, MODEL, 2, key=batch).status
