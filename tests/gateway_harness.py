@@ -53,6 +53,7 @@ def base_vars(workdir: Path) -> dict:
         "gateway_slowstart": "0s", "gateway_agent_port": 0, "gateway_agent_interval": "300ms",
         "gateway_servers": [], "gateway_admin_bind_address": "127.0.0.1",
         "gateway_admin_port": free_port(),
+        "gateway_server_state_file": str(workdir / "server-state"),
     }
 
 

@@ -2,6 +2,7 @@
 
     set server BACKEND/SERVER state drain|maint|ready
     show stat            (CSV: one row per proxy and server; scur = current sessions)
+    show servers state   (what a reload loads back: server-state-file)
 
 Drain stops new requests to a server and lets the ones in flight finish; the serve stage
 drains a node, waits until its `scur` is 0 (bounded), restarts it, gates it and only then
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -54,6 +56,22 @@ def execute(address: str, command: str, timeout: float = 5.0) -> str:
         raise RuntimeApiError(f"HAProxy's admin socket {address} does not answer: {error}")\
             from None
     return b"".join(chunks).decode("utf-8", "replace")
+
+
+def save_server_state(address: str, dest: str, timeout: float = 5.0) -> int:
+    """Write `show servers state` to `dest` (0600, atomically) for the next reload to load
+    (HAProxy's server-state-file: without it a reload forgets every drain and maint set
+    through this API, and a dead server starts UP). Returns the number of server lines."""
+    text = execute(address, "show servers state", timeout)
+    if not text.startswith("1\n"):  # the format version line, then '# be_id ...' and rows
+        raise RuntimeApiError(f"HAProxy's admin socket {address} answered 'show servers "
+                              f"state' with {text[:60]!r}")
+    tmp = f"{dest}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, dest)
+    return sum(1 for line in text.splitlines()[1:] if line and not line.startswith("#"))
 
 
 def parse_stat(text: str) -> list[dict[str, str]]:

@@ -26,7 +26,7 @@ from gateway_harness import Agent, Engine, base_vars, haproxy, render, wait_unti
 from gateway_load import LoadClient, failed, stream_completion, truncated  # noqa: E402
 
 from onecat.gateway import backends, keys  # noqa: E402
-from onecat.gateway.runtime import Runtime, servers  # noqa: E402
+from onecat.gateway.runtime import Runtime, save_server_state, servers  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None,
                                 reason="haproxy is not installed (bootstrap.sh installs it)")
@@ -284,6 +284,32 @@ def test_hitless_reload_keeps_streams_in_flight(tmp_path: Path, engines) -> None
             outcomes = load.stop()
     assert len(outcomes) > 8
     assert not failed(outcomes) and not truncated(outcomes, TOKENS)
+
+
+def test_a_reload_keeps_drain_and_maint_and_the_config_still_wins(tmp_path: Path,
+                                                                    engines) -> None:
+    # Without server-state-file a reload forgets every state set through the runtime API:
+    # a drained or held node would take traffic again. With it (saved right before the
+    # reload, as the role's handler does) they stay; a node the new configuration holds out
+    # ("disabled") stays out whatever the saved state says.
+    variables = gateway_vars(tmp_path, engines)
+    a, b, c = (e.name for e in engines)
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3))
+        runtime.set_state("onecat_nodes", a, "drain")
+        runtime.set_state("onecat_nodes", b, "maint")
+        held = [{**s, "enabled": False, "reason": "gate failed"} if s["name"] == c else s
+                for s in variables["gateway_servers"]]
+        gw.config.write_text(render({**variables, "gateway_servers": held}))
+        assert save_server_state(gw.socket, variables["gateway_server_state_file"]) == 3
+        gw.reload()
+
+        def states() -> dict[str, str]:
+            return {s.server: s.admin for s in servers(Runtime(gw.socket).stat(), "onecat_nodes")}
+
+        assert wait_until(lambda: states() == {a: "drain", b: "maint", c: "maint"}), states()
+        assert oct(Path(variables["gateway_server_state_file"]).stat().st_mode & 0o777) == "0o600"
 
 
 def test_stat_rows_parse(tmp_path: Path, engines) -> None:
