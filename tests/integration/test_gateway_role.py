@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gateway_harness import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = "- hosts: gateway\n  gather_facts: false\n  roles: [gateway]\n"
 
@@ -107,3 +110,18 @@ def test_an_open_gateway_is_asked_for_and_said(tmp_path):
     output = " ".join((proc.stdout + proc.stderr).split())
     assert "the gateway on gw is OPEN: anyone who reaches 0.0.0.0:8000" in output
     assert not (tmp_path / "secrets").exists()
+
+
+def test_a_node_agent_the_gateway_cannot_reach_is_refused(tmp_path):
+    # HAProxy ignores an agent it cannot reach: a firewalled agent port would drop every drain
+    # and hold without a word. Nothing listens on this port.
+    port = free_port()
+    node = {**SERVING, "agent_port": port}
+    (tmp_path / "haproxy.cfg").write_text("# the running configuration\n")
+    proc = run_role(tmp_path, {"n1": node}, "-e", "gateway_agent_reach_timeout=1")
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0
+    assert f"the node agent of n1 (127.0.0.1:{port}) does not answer from here" in output, \
+        output[-2000:]
+    assert "ufw allow from GATEWAY_IP to any port 8003 proto tcp" in output
+    assert (tmp_path / "haproxy.cfg").read_text() == "# the running configuration\n"
