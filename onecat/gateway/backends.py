@@ -101,6 +101,10 @@ def select(nodes: Mapping[str, Mapping[str, Any] | None], maxconn_override: int 
     selection = Selection()
     for host in sorted(nodes):
         state = nodes[host] or {}
+        if not isinstance(state, Mapping):  # node.json is written on the node: untrusted here
+            selection.excluded[host] = ("its node.json is not a JSON object: run the serve stage "
+                                        "on it again")
+            continue
         if not state:
             selection.excluded[host] = ("no serving state on the node: it never passed the "
                                         "serve gate")

@@ -212,3 +212,12 @@ def test_the_key_file_must_be_an_owner_only_regular_file(tmp_path) -> None:
         keys.read_key_file(str(binary))
     with pytest.raises(OSError):
         keys.read_key_file(str(tmp_path / "missing"))
+
+
+def test_a_node_state_that_is_not_an_object_is_excluded_with_its_reason():
+    # node.json is written on the node: on the gateway it is untrusted input (found by
+    # tests/fuzz/test_fuzz_gateway.py: `true` raised AttributeError).
+    selection = backends.select({"n1": True, "n2": [1, 2], "n3": "serving"})
+    assert not selection.servers
+    assert set(selection.excluded) == {"n1", "n2", "n3"}
+    assert all("node.json is not a JSON object" in why for why in selection.excluded.values())
