@@ -33,6 +33,10 @@ ROLE_FLAGS: dict[str, str] = {
     "--api-key": "vllm_serve_api_key (it is read from a root-only environment file, "
     "never put on the command line)",
     "--middleware": "vllm_serve_api_key (the role loads its key guard as middleware)",
+    # vLLM reads every flag from a YAML file given here (its --config): host, api-key and
+    # middleware would come around the role's checks.
+    "--config": "vllm_serve_args, one flag at a time (a --config YAML file could set --host, "
+    "--api-key or --middleware around the role's checks)",
 }
 # The middleware that makes every path need a key (roles/vllm_serve/files/onecat_guard.py).
 GUARD_MIDDLEWARE = "onecat_guard.Guard"

@@ -52,6 +52,7 @@ def test_serve_argv_puts_model_and_name_first_and_extra_args_last():
                               "bfloat16; use --dtype half"),
     (["--api-key", "x"], "--api-key is set by the role: use vllm_serve_api_key"),
     (["--port", "9000"], "--port is set by the role: use vllm_serve_port"),
+    (["--config", "/etc/vllm.yaml"], "--config is set by the role: use vllm_serve_args, one flag"),
 ])
 def test_refused_flags_name_the_fix(argv, expected):
     problems = check_argv("1cat-vllm", ["--dtype", "half", *argv], 70)
@@ -61,6 +62,8 @@ def test_refused_flags_name_the_fix(argv, expected):
 
 def test_bfloat16_is_fine_on_ampere_and_good_flags_pass():
     assert check_argv("vllm", ["--dtype", "bfloat16", "--max-num-seqs", "8"], 80) == []
+    # Flags that only begin like the role's --config stay the user's.
+    assert check_argv("vllm", ["--config-format", "hf", "--compilation-config", "{}"], 80) == []
 
 
 def test_flags_the_image_does_not_list_are_refused():
