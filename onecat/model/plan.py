@@ -301,6 +301,7 @@ def health_topology(health: Any) -> dict[str, Any]:
 # Upper bounds of the numeric options: no GPU comes near them, and beyond them the byte
 # arithmetic leaves float range (a plan of inf or NaN bytes is a lie, not a plan).
 MAX_GPU_MEMORY_GIB = 4096.0
+MIN_GPU_MEMORY_GIB = 0.25  # no CUDA card is smaller; below a byte the plan's sums go negative
 MAX_MODEL_LEN = 1 << 24
 
 
@@ -347,9 +348,10 @@ def _validate(opts: dict[str, Any]) -> None:
     if tp < 1 or tp > opts["gpus"]:
         raise PlanInputError(f"--tensor-parallel-size {tp}: must be between 1 and --gpus "
                              f"{opts['gpus']}")
-    if not 0 < opts["gpu_memory_gib"] <= MAX_GPU_MEMORY_GIB:
-        raise PlanInputError(f"--gpu-memory-gib {opts['gpu_memory_gib']:g}: must be positive "
-                             f"and at most {MAX_GPU_MEMORY_GIB:g}, e.g. 16 for a V100-16GB")
+    if not MIN_GPU_MEMORY_GIB <= opts["gpu_memory_gib"] <= MAX_GPU_MEMORY_GIB:
+        raise PlanInputError(f"--gpu-memory-gib {opts['gpu_memory_gib']:g}: must be at least "
+                             f"{MIN_GPU_MEMORY_GIB:g} and at most {MAX_GPU_MEMORY_GIB:g}, e.g. 16 "
+                             "for a V100-16GB")
     if not 0 < opts["gpu_memory_utilization"] <= 1:
         raise PlanInputError(f"--gpu-memory-utilization {opts['gpu_memory_utilization']:g}: "
                              "must be in (0, 1], e.g. 0.9")

@@ -65,7 +65,9 @@ def skip_upstream_int_overflow(args: dict) -> None:
     int_options = {"gpus", "max_model_len", "tensor_parallel_size", "expected_gpus",
                    "min_memory_mib", "max_aggregate_uncorrected_ecc", "max_retired_pages",
                    "max_volatile_uncorrected_ecc", "max_volatile_corrected_ecc",
-                   "warn_retired_pages", "min_pcie_gen", "min_pcie_width", "max_temperature_c"}
+                   "warn_retired_pages", "min_pcie_gen", "min_pcie_width", "max_temperature_c",
+                   "max_num_batched_tokens", "max_num_seqs", "typical_input_tokens",
+                   "typical_output_tokens"}
     for name, value in args.items():
         values = value if name == "xid_error_codes" and isinstance(value, list) else [value]
         if (name in int_options or name == "xid_error_codes") and any(map(_infinite, values)):
