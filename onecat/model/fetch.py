@@ -30,6 +30,7 @@ from .manifest import (
     MANIFEST_NAME,
     MAX_FILES,
     MAX_SIZE,
+    SHA256_RE,
     ManifestError,
     NotRegularFile,
     build_manifest,
@@ -48,10 +49,9 @@ PARTIAL_SUFFIX = ".partial"
 PLAN_FILES = ("config.json", "hf_quant_config.json", "generation_config.json",
               "model.safetensors.index.json")
 SPARSE_BLOCK = 1024 * 1024
-# What the Hub's answers may be: a commit is 40 hex digits, an LFS oid 64; an engine file's
+# What the Hub's answers may be: a commit is 40 hex digits (an LFS oid: SHA256_RE); an engine file's
 # name is plain (no glob characters: names go to the client as allow_patterns).
 _COMMIT_RE = re.compile(r"[0-9a-f]{40}")
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _FILE_NAME_RE = re.compile(r"[A-Za-z0-9_.+=,@-]{1,255}")
 # Every call to the Hub: connect within 10 s, no 60 s silence on a read (huggingface_hub's
 # API calls pass no timeout of their own), and no API answer over 64 MiB held in memory.
@@ -274,7 +274,7 @@ def _remote_file(source: Source, item: Any) -> RemoteFile:
         raise FetchError(f"{source}: the server listed {name} with size {size!r:.40}: "
                          "is HF_ENDPOINT a Hugging Face Hub?")
     sha = item.lfs.sha256 if item.lfs is not None else None
-    if sha is not None and not (isinstance(sha, str) and _SHA256_RE.fullmatch(sha)):
+    if sha is not None and not (isinstance(sha, str) and SHA256_RE.fullmatch(sha)):
         raise FetchError(f"{source}: the server gave {name} the sha256 {sha!r:.80}: "
                          "is HF_ENDPOINT a Hugging Face Hub?")
     return RemoteFile(name, size, sha)

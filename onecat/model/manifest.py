@@ -39,7 +39,7 @@ MAX_FILES = 100_000
 MAX_SIZE = 2**50
 MAX_PATH = 1024
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")  # a file's digest as the manifest and the Hub write it
 
 
 class ManifestError(ValueError):
@@ -149,7 +149,7 @@ def check_files(manifest: Any, where: str) -> list[dict[str, Any]]:
         if type(size) is not int or not 0 <= size <= MAX_SIZE:
             raise ManifestError(f"{where}: {rel!r} has size {str(size)[:40]!r}: a byte count "
                                 "(0 to 1 PiB) is needed")
-        if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
+        if not isinstance(sha, str) or not SHA256_RE.fullmatch(sha):
             raise ManifestError(f"{where}: {rel!r} has sha256 {str(sha)[:80]!r}: 64 hex digits "
                                 "are needed")
     return files
