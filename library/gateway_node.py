@@ -12,6 +12,9 @@ description:
     the server unit's C(--max-num-seqs)), which the gateway's configuration is built from, and
     O(state_dir)/agent-state, the answer of the node's agent check: C(up), or
     C(maint down #reason) for a node held out."
+  - "Writes O(admitted_file) when the node is in rotation. It lives in a folder a boot empties
+    (C(/run) is a tmpfs), and the agent answers C(maint) while it is missing: a node that booted,
+    planned or not, stays out until the serve stage gates it and admits it again."
   - "One round trip: reads the unit, compares both files and writes only what differs
     (atomically, root-owned, mode 0644). Reports C(changed) when a file was written."
   - "Refuses, before writing, an O(state_dir) that is not a plain absolute path (it is the node
@@ -52,6 +55,11 @@ options:
     description: The server's unit; its C(--max-num-seqs) sizes the node's maxconn (absent is fine).
     type: path
     default: /etc/systemd/system/vllm.service
+  admitted_file:
+    description: "Marker of the node's admission since its last boot (its folder is created
+      root-owned, mode 0755); written when O(in_rotation), left alone otherwise."
+    type: path
+    default: /run/onecat-gateway/admitted
 """
 
 EXAMPLES = r"""
@@ -79,6 +87,9 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.onecat.gateway.node_state import agent_answer, node_state, render_state
 from ansible.module_utils.onecat.validate import problems
+
+# What the admission marker holds (its presence is what counts).
+ADMITTED = "admitted since the last boot by the serve stage (roles/gateway)\n"
 
 
 def _read(path: str) -> str | None:
@@ -115,6 +126,21 @@ def _write(module: AnsibleModule, path: str, text: str) -> bool:
     return changed
 
 
+def _folder(module: AnsibleModule, folder: str) -> bool:
+    """Create folder (root-owned, 0755) when missing; True when something changed (or would)."""
+    changed = not os.path.isdir(folder)
+    if changed and not module.check_mode:
+        try:
+            os.makedirs(folder, mode=0o755)
+        except OSError as err:
+            module.fail_json(msg=f"gateway_node: cannot create {folder}: {err}")
+    if os.path.isdir(folder):
+        changed = module.set_fs_attributes_if_different(
+            _attributes(module, folder, "0755"), changed
+        )
+    return changed
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -126,6 +152,7 @@ def main() -> None:
             "port": {"type": "int", "required": True},
             "agent_port": {"type": "int", "default": 0},
             "unit_file": {"type": "path", "default": "/etc/systemd/system/vllm.service"},
+            "admitted_file": {"type": "path", "default": "/run/onecat-gateway/admitted"},
         },
         supports_check_mode=True,
     )
@@ -139,6 +166,7 @@ def main() -> None:
     # gateway's haproxy.cfg: the rules of onecat.validate (the role checks them first).
     found = problems({
         "state_dir": ["path", params["state_dir"]],
+        "admitted_file": ["path", params["admitted_file"]],
         "address": ["address", params["address"].strip()],
         "port": ["port", params["port"]],
         "agent_port": ["port", params["agent_port"], True],
@@ -158,18 +186,17 @@ def main() -> None:
     answer = agent_answer(params["in_rotation"], params["reason"])
 
     folder = params["state_dir"]
-    changed = not os.path.isdir(folder)
-    if changed and not module.check_mode:
-        try:
-            os.makedirs(folder, mode=0o755)
-        except OSError as err:
-            module.fail_json(msg=f"gateway_node: cannot create {folder}: {err}")
+    changed = _folder(module, folder)
     if os.path.isdir(folder):
-        changed = module.set_fs_attributes_if_different(
-            _attributes(module, folder, "0755"), changed
-        )
         changed = _write(module, os.path.join(folder, "node.json"), render_state(state)) or changed
         changed = _write(module, os.path.join(folder, "agent-state"), answer) or changed
+    # Written after agent-state: the agent reads both, and a node becomes admitted only once its
+    # answer is "up".
+    admitted = params["admitted_file"]
+    if params["in_rotation"]:
+        changed = _folder(module, os.path.dirname(admitted)) or changed
+        if os.path.isdir(os.path.dirname(admitted)):
+            changed = _write(module, admitted, ADMITTED) or changed
     module.exit_json(changed=changed, state=state, agent_answer=answer)
 
 

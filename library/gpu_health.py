@@ -90,9 +90,9 @@ options:
     elements: str
     default: []
   max_temperature_c:
-    description: A GPU at or above this temperature (Celsius) is a warning.
+    description: At or above this temperature (Celsius) a GPU is a warning (V100 slowdown temp).
     type: int
-    default: 85
+    default: 87
   check_xid:
     description: Scan the kernel log since boot for NVIDIA Xid events.
     type: bool
@@ -204,6 +204,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.onecat.health.judge import (
+    SLOWDOWN_TEMPERATURE_C,
     XID_ERROR_CODES,
     Thresholds,
     fails,
@@ -240,7 +241,7 @@ ARGUMENT_SPEC = {
     "allow_display_active": {"type": "bool", "default": False},
     "allow_foreign_processes": {"type": "bool", "default": False},
     "allowed_processes": {"type": "list", "elements": "str", "default": []},
-    "max_temperature_c": {"type": "int", "default": 85},
+    "max_temperature_c": {"type": "int", "default": SLOWDOWN_TEMPERATURE_C},
     "check_xid": {"type": "bool", "default": True},
     "xid_error_codes": {"type": "list", "elements": "int", "default": list(XID_ERROR_CODES)},
     "kernel_log_path": {"type": "path"},

@@ -22,6 +22,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "onecat.health.cli",
     "onecat.watch.cli",
     "onecat.burnin.cli",
+    "onecat.engine.cli",
 )
 
 

@@ -15,8 +15,9 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # systemd: its systemd-analyze verifies the rendered serve unit (tests/roles/test_serve_role.py).
+# docker-registry: the local registry `onecat engine lock` reads base digests from in the tests.
 packages=(docker.io debootstrap python3-venv gcc libc6-dev tar gzip ca-certificates git rsync
-  dpkg-dev gnupg haproxy systemd)
+  dpkg-dev gnupg haproxy systemd docker-registry)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "${pkg}" 2>/dev/null | grep -q "install ok installed" \

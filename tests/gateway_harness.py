@@ -54,6 +54,7 @@ def base_vars(workdir: Path) -> dict:
         "gateway_servers": [], "gateway_admin_bind_address": "127.0.0.1",
         "gateway_admin_port": free_port(),
         "gateway_server_state_file": str(workdir / "server-state"),
+        "gateway_balance": "leastconn", "gateway_hash_balance_factor": 125,
     }
 
 

@@ -69,11 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Load-shape defaults are applied in main(): in fleet mode an option the user did not give
     # must not override the inventory's benchmark_* variables.
     parser.add_argument("--concurrency", type=_levels, default=None,
-                        help="comma-separated concurrency levels (default: 1,8,16,32)")
+                        help="comma-separated concurrency levels (default: 1,8,16,32; multiturn: "
+                             "one level, the number of clients, default 16)")
     parser.add_argument("--input-len", type=_bounded(int, "tokens"), default=None,
                         help="prompt length in tokens (default: 500)")
     parser.add_argument("--output-len", type=_bounded(int, "tokens"), default=None,
-                        help="output tokens per request, EOS ignored (default: 256)")
+                        help="output tokens per request, EOS ignored (default: 256; "
+                             "multiturn: 100)")
     parser.add_argument("--requests-per-level", type=_bounded(int, "requests_per_level"),
                         default=None, help="requests per level (default: max(4 x concurrency, 16))")
     parser.add_argument("--warmup", type=_bounded(int, "warmup", low_open=False),
@@ -82,6 +84,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="prompt seed (default: 0)")
     parser.add_argument("--timeout", type=_bounded(float, "timeout_s"), default=None,
                         help="per-request timeout in seconds (default: 600)")
+    parser.add_argument("--workload", choices=("random", "multiturn"), default="random",
+                        help="random: distinct prompts, a concurrency sweep (default); "
+                             "multiturn: conversations whose every turn resends the "
+                             "conversation so far (chat API), for prefix caching and the "
+                             "gateway's affinity routing: DIR/multiturn.json")
+    multiturn = parser.add_argument_group("--workload multiturn")
+    multiturn.add_argument("--conversations", type=_bounded(int, "requests_per_level"),
+                           default=64, help="conversations (default: 64)")
+    multiturn.add_argument("--turns", type=_bounded(int, "requests_per_level"), default=8,
+                           help="turns per conversation (default: 8)")
+    multiturn.add_argument("--system-len", type=_bounded(int, "tokens"), default=2048,
+                           help="shared system prompt, in words ~ tokens (default: 2048)")
+    multiturn.add_argument("--turn-len", type=_bounded(int, "tokens"), default=300,
+                           help="each user turn, in words ~ tokens (default: 300)")
+    multiturn.add_argument("--metrics-url", action="append", default=[], metavar="URL",
+                           help="a node's base URL whose /metrics has vLLM's prefix-cache "
+                                "counters, read before and after (repeat for each node behind "
+                                "a gateway; default: --url itself unless --gateway-stats)")
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions",
                         help="OpenAI endpoint to load (default: completions)")
     parser.add_argument("--temperature", type=float, default=None,
@@ -185,9 +205,46 @@ SINGLE_SERVER_DEFAULTS = {"concurrency": [1, 8, 16, 32], "input_len": 500, "outp
                           "warmup": 2, "seed": 0, "timeout": 600.0}
 
 
+def run_multiturn(args: argparse.Namespace) -> int:
+    """--workload multiturn: one closed-loop run of conversations (onecat/bench/multiturn.py)."""
+    from onecat.bench.multiturn import MultiturnOptions
+    from onecat.bench.multiturn import main as multiturn_main
+
+    if args.out is None:
+        print("onecat bench: --out DIR is required (where the result files go)", file=sys.stderr)
+        return 2
+    levels = args.concurrency or [16]
+    if len(levels) != 1:
+        print("onecat bench: --workload multiturn runs one --concurrency level (clients), "
+              f"not {len(levels)}", file=sys.stderr)
+        return 2
+    try:
+        key = _read_key(args.api_key_file) if args.api_key_file else None
+    except BenchError as exc:
+        print(f"onecat bench: {exc}", file=sys.stderr)
+        return 1
+    metrics = args.metrics_url or ([] if args.gateway_stats else [args.url])
+    options = MultiturnOptions(
+        url=args.url, out=args.out, model=args.model, api_key=key,
+        conversations=args.conversations, turns=args.turns, system_len=args.system_len,
+        turn_len=args.turn_len, output_len=args.output_len or 100, concurrency=levels[0],
+        seed=args.seed or 0, timeout=args.timeout or 600.0, metrics_urls=metrics,
+        quiet=args.quiet)
+    try:
+        return multiturn_main(options, args.gateway_stats)
+    except ValueError as exc:  # a malformed --url
+        print(f"onecat bench: --url: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(args: argparse.Namespace) -> int:
     if args.inventory:
+        if args.workload != "random":
+            print("onecat bench: --workload multiturn works with --url only", file=sys.stderr)
+            return 2
         return run_fleet(args)
+    if args.workload == "multiturn":
+        return run_multiturn(args)
     for name, value in SINGLE_SERVER_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, value)

@@ -12,7 +12,9 @@ from pathlib import Path
 
 from onecat.health.nvml import NvmlUnavailable
 from onecat.serve.gate import key_from_env_file
+from onecat.watch.likelihood import REL_TOLERANCE
 from onecat.watch.look import write_atomic
+from onecat.watch.prompts import read as read_prompts
 
 from .run import Plan, burn_in
 
@@ -58,13 +60,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--prompts",
         type=Path,
         required=True,
-        help="fixed prompts, one per line (# comments), asked greedy",
+        help="fixed prompts, one per line (# comments), asked greedy; `PROMPT => ANSWER | "
+        "ANSWER`: a right answer contains one; `score: TEXT`: a reference text to score",
     )
     parser.add_argument(
         "--references",
         type=Path,
-        help="JSON {prompt: answer} the node's idle answers must match "
-        "(the canary's, for the same model and image)",
+        help="JSON {\"likelihood\": {text: NLL}}: the canary's likelihoods for the same image, "
+        "model revision and engine arguments, which the node's idle ones must keep",
+    )
+    parser.add_argument(
+        "--likelihood-tolerance",
+        type=float,
+        default=REL_TOLERANCE,
+        metavar="SHARE",
+        help="how far a likelihood (NLL) may move from its reference, relative "
+        "(default %(default)s; 0 scores nothing: the likelihood check off)",
     )
     parser.add_argument(
         "--ask-every",
@@ -77,11 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="where burnin.json goes")
     args = parser.parse_args(argv)
     try:
-        prompts = [
-            line.strip()
-            for line in args.prompts.read_text().splitlines()
-            if line.strip() and not line.startswith("#")
-        ]
+        prompts = read_prompts(args.prompts)
         references = json.loads(args.references.read_text()) if args.references else None
         key = key_from_env_file(args.api_key_file.read_text()) if args.api_key_file else ""
     except (OSError, ValueError) as error:
@@ -89,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"onecat burnin: cannot read the inputs on {platform.node()}: {error}", file=sys.stderr
         )
         return EXIT_CANNOT_RUN
-    if not prompts:
+    if not prompts.prompts:
         print(f"onecat burnin: {args.prompts} holds no prompt", file=sys.stderr)
         return EXIT_CANNOT_RUN
     try:
@@ -111,6 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         references if isinstance(references, dict) else None,
         ask_every_s=args.ask_every,
         kernel_log_path=args.kernel_log,
+        tolerance=args.likelihood_tolerance,
     )
     try:
         document = burn_in(pynvml, plan)

@@ -1,10 +1,14 @@
 """The burn-in's verdict: what arrived on the GPUs while the node was under load, and whether
 its answers held.
 
-Fails (unhealthy) on any new uncorrectable ECC error or pending retirement, any new Xid, HW
-slowdown or power-brake throttling, a GPU gone (the watch's delta rules, applied between
-every two samples), answers under load that differ from the node's own idle answers or from
-the canary's, answers that degenerate, and a server that fails requests under load.
+Fails (unhealthy) on what the watch fails (its rules, applied between every two samples: the
+health stage's own rules on each sample's state, so an uncorrectable error since the driver
+loaded, a pending retirement or a lost GPU; a fatal Xid; a GPU gone; hardware slowdown
+sustained by gpud's rule, onecat/watch/throttle.py; one sample of slowdown only warns), answers
+that degenerate or lack what a right answer contains (idle or under load), a likelihood outside
+the tolerance of the canary's (idle) or of the node's own idle one (under load), and a server
+that fails requests under load. Answers are never compared with answers (onecat/watch/probe.py:
+the engine is not batch-invariant on a V100).
 """
 
 from __future__ import annotations
@@ -14,8 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from onecat.watch.deltas import CONDITIONS, UNHEALTHY, Finding, Limits, compare, verdict
-from onecat.watch.probe import judge as judge_answer
+from onecat.health.judge import ERROR
+from onecat.watch import throttle
+from onecat.watch.deltas import (
+    CONDITIONS,
+    UNHEALTHY,
+    Finding,
+    Limits,
+    compare,
+    verdict,
+    watch_thresholds,
+)
+from onecat.watch.probe import SCORE_PREFIX, ProbeResult
 
 from .load import LoadTally
 
@@ -25,12 +39,10 @@ MAX_FAILED_SHARE = 0.01
 
 @dataclass(frozen=True)
 class Asked:
-    """One fixed prompt asked under load, with the answer it got (or why it got none)."""
+    """One fixed prompt asked, or one reference text scored, and how it was judged."""
 
-    prompt: str
-    answer: str
     at_s: float
-    error: str = ""
+    result: ProbeResult
 
 
 def series_row(readings: dict[str, Any], at_s: float) -> dict[str, Any]:
@@ -53,11 +65,23 @@ def series_row(readings: dict[str, Any], at_s: float) -> dict[str, Any]:
     return {"t": round(at_s, 1), "gpus": gpus}
 
 
-def gpu_findings(readings: Sequence[dict[str, Any]], limits: Limits | None = None) -> list[Finding]:
-    """The watch's rules between every two consecutive readings, each finding once."""
+def gpu_findings(readings: Sequence[dict[str, Any]], limits: Limits | None = None,
+                 times: Sequence[float] | None = None) -> list[Finding]:
+    """The watch's rules between every two consecutive readings, each finding once; with
+    `times` (seconds, one per reading) also the sustained slowdown rule over the samples. The
+    GPU count the first reading saw is the one expected (a card lost under load fails)."""
     seen: dict[tuple[object, ...], Finding] = {}
+    first = readings[0] if readings else {}
+    expected = first.get("gpu_count") or len(first.get("gpus") or []) or None
+    thresholds = watch_thresholds(expected)
+    history: dict[str, Any] = {}
+    for at, reading in zip(times or [], readings, strict=False):
+        history = throttle.record(history, reading, at)
+        for finding in throttle.findings(history, reading, at):
+            seen.setdefault((finding.code, finding.gpu, finding.message.split(" in ")[0]),
+                            finding)
     for step, (before, now) in enumerate(itertools.pairwise(readings)):
-        for finding in compare(before, now, limits):
+        for finding in compare(before, now, limits, thresholds):
             # A state (a throttle reason, the heat, a pending retirement) repeats in every
             # sample: keep its first.
             # A counter that rises twice is two events.
@@ -71,41 +95,29 @@ def gpu_findings(readings: Sequence[dict[str, Any]], limits: Limits | None = Non
     return list(seen.values())
 
 
-def answer_findings(
-    idle: dict[str, str], asked: Sequence[Asked], references: dict[str, str] | None
-) -> list[Finding]:
-    """Idle answers against the canary's; answers under load against the idle ones."""
-    findings: list[Finding] = []
-    for prompt, answer in sorted(idle.items()):
-        reference = (references or {}).get(prompt)
-        result = judge_answer(answer, reference)
-        if not result.ok:
-            whose = "the canary's answer" if reference is not None else "text"
-            findings.append(
-                Finding(
-                    UNHEALTHY,
-                    "answers",
-                    None,
-                    f"idle answer to {prompt[:40]!r} fails against {whose}: {result.reason}",
-                )
-            )
-    bad = [
-        (a, a.error or judge_answer(a.answer, idle.get(a.prompt)).reason)
-        for a in asked
-        if a.error or not judge_answer(a.answer, idle.get(a.prompt)).ok
+def answer_findings(idle: Sequence[ProbeResult], asked: Sequence[Asked]) -> list[Finding]:
+    """Idle answers and likelihoods (the canary's references judge the likelihoods), and
+    those under load (each answer on its own: known answer, degeneracy; each likelihood
+    against the node's own idle one). No answer is compared with another: under load a
+    non-batch-invariant engine gives other tokens after the first few."""
+    findings = [
+        Finding(ERROR, "answers", None, f"idle, {_what(r)}: {r.reason}")
+        for r in idle if not r.ok
     ]
+    bad = [a for a in asked if not a.result.ok]
     if bad:
-        first, why = bad[0]
-        findings.append(
-            Finding(
-                UNHEALTHY,
-                "answers",
-                None,
-                f"{len(bad)} of {len(asked)} answers under load failed; first "
-                f"at {first.at_s:.0f} s to {first.prompt[:40]!r}: {why}",
-            )
-        )
+        first = bad[0]
+        findings.append(Finding(
+            ERROR, "answers", None,
+            f"{len(bad)} of {len(asked)} answers and likelihoods under load failed; first at "
+            f"{first.at_s:.0f} s, {_what(first.result)}: {first.result.reason}"))
     return findings
+
+
+def _what(result: ProbeResult) -> str:
+    if result.prompt.startswith(SCORE_PREFIX):
+        return f"the likelihood of {result.prompt.removeprefix(SCORE_PREFIX)[:30]!r}"
+    return f"the answer to {result.prompt[:40]!r}"
 
 
 def load_findings(tally: LoadTally) -> list[Finding]:
@@ -113,7 +125,7 @@ def load_findings(tally: LoadTally) -> list[Finding]:
     if tally.completed == 0:
         return [
             Finding(
-                UNHEALTHY,
+                ERROR,
                 "load",
                 None,
                 f"the server completed no request under load ({tally.failed} failed: "
@@ -123,7 +135,7 @@ def load_findings(tally: LoadTally) -> list[Finding]:
     if tally.failed / total > MAX_FAILED_SHARE:
         return [
             Finding(
-                UNHEALTHY,
+                ERROR,
                 "load",
                 None,
                 f"{tally.failed} of {total} requests failed under load "

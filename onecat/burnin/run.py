@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from onecat.health.nvml import NvmlUnavailable, gather
-from onecat.serve.gate import smoke
+from onecat.watch.likelihood import REL_TOLERANCE
+from onecat.watch.probe import (
+    ProbeResult,
+    answers,
+    likelihoods,
+    probe,
+    score,
+    stored_likelihoods,
+)
+from onecat.watch.prompts import PromptSet
 
 from .judge import Asked, answer_findings, burnin_verdict, gpu_findings, load_findings, series_row
 from .load import Load
@@ -23,17 +32,23 @@ class Plan:
     seconds: float
     concurrency: int
     max_tokens: int
-    prompts: list[str]
-    references: dict[str, str] | None
+    prompts: PromptSet
+    # The canary's references for the same image, model revision and engine arguments
+    # ({"likelihood": {text: NLL}}), None for the first node to burn in with them.
+    references: dict[str, Any] | None
     ask_every_s: float = 10.0
     sample_every_s: float = 1.0
     kernel_log_path: str | None = None
+    tolerance: float = REL_TOLERANCE
 
 
-def _ask(plan: Plan, prompt: str, at_s: float) -> Asked:
-    _, reason, text = smoke(plan.url, plan.model, prompt, 32, plan.api_key, timeout_s=120)
-    failed = not text and reason.startswith("the smoke completion failed")
-    return Asked(prompt, text, at_s, reason if failed else "")
+def _ask_all(plan: Plan, likelihood: dict[str, float]) -> list[ProbeResult]:
+    """Every prompt (judged on its own) and every reference text (against `likelihood`)."""
+    results = [probe(plan.url, plan.model, p, api_key=plan.api_key, timeout_s=120)
+               for p in plan.prompts.prompts]
+    return results + [score(plan.url, plan.model, text, likelihood.get(text), plan.api_key,
+                            plan.tolerance, timeout_s=120)
+                      for text in (plan.prompts.score_texts if plan.tolerance > 0 else ())]
 
 
 def burn_in(nvml: Any, plan: Plan) -> dict[str, Any]:
@@ -54,8 +69,11 @@ def burn_in(nvml: Any, plan: Plan) -> dict[str, Any]:
 
 def _burn_in(nvml: Any, plan: Plan) -> dict[str, Any]:
     first = gather(nvml, check_xid=True, kernel_log_path=plan.kernel_log_path)
-    idle = {p: a.answer for p in plan.prompts if not (a := _ask(plan, p, 0.0)).error}
-    readings, series, asked = [first], [series_row(first, 0.0)], []
+    idle = _ask_all(plan, stored_likelihoods(plan.references))
+    # Under load the likelihoods are judged against this node's own idle ones.
+    own = likelihoods(idle)
+    readings, series = [first], [series_row(first, 0.0)]
+    asked: list[Asked] = []
     started = time.monotonic()
     load = Load(
         plan.url,
@@ -72,18 +90,20 @@ def _burn_in(nvml: Any, plan: Plan) -> dict[str, Any]:
             readings.append(reading)
             series.append(series_row(reading, now - started))
             if now >= next_ask:
-                asked += [_ask(plan, p, now - started) for p in plan.prompts]
+                asked += [Asked(now - started, r) for r in _ask_all(plan, own)]
                 next_ask = now + plan.ask_every_s
             time.sleep(max(0.0, plan.sample_every_s - (time.monotonic() - now)))
     finally:
         tally = load.stop()
     last = gather(nvml, check_xid=True, kernel_log_path=plan.kernel_log_path)
     # The last reading has the Xid events: compare it with the first (the samples skip the
-    # kernel log), and every sample with the one before it.
-    findings = gpu_findings([*readings, last]) + [
+    # kernel log), and every sample with the one before it; the samples' times give the
+    # sustained-slowdown rule its minutes.
+    times = [row["t"] for row in series] + [time.monotonic() - started]
+    findings = gpu_findings([*readings, last], times=times) + [
         f for f in gpu_findings([first, last]) if f.code == "xid"
     ]
-    findings += answer_findings(idle, asked, plan.references)
+    findings += answer_findings(idle, asked)
     findings += load_findings(tally)
     result, admitted = burnin_verdict(findings)
     return {
@@ -102,16 +122,21 @@ def _burn_in(nvml: Any, plan: Plan) -> dict[str, Any]:
         },
         "findings": [f.as_dict() for f in findings],
         "answers": {
-            "idle": idle,
+            "idle": answers(idle),
             "under_load": [
                 {
-                    "prompt": a.prompt,
+                    "prompt": a.result.prompt,
                     "at_s": round(a.at_s, 1),
-                    "same": not a.error and a.answer == idle.get(a.prompt),
-                    "error": a.error or None,
+                    "answer": a.result.answer,
+                    "ok": a.result.ok,
+                    "reason": a.result.reason,
                 }
                 for a in asked
             ],
         },
+        "likelihood": {"idle": own, "tolerance": plan.tolerance},
+        # What becomes the fleet's references for these bits when this node is the first to
+        # pass with them (roles/burnin records it only for an admitted node).
+        "references": {"likelihood": own},
         "series": [*series, series_row(last, time.monotonic() - started)],
     }

@@ -119,6 +119,14 @@ def server_status(rows: list[dict[str, str]], backend: str, server: str) -> Serv
     return None
 
 
+def sessions_everywhere(rows: list[dict[str, str]], server: str) -> int:
+    """The server's sessions in every back end: with affinity routing the same node is also a
+    server of onecat_keyless (tracking its onecat_nodes namesake), and a drain of the node
+    must wait for the requests in flight there too."""
+    return sum(_int(r.get("scur")) for r in rows
+               if r.get("svname") == server and r.get("pxname") not in (None, ""))
+
+
 def servers(rows: list[dict[str, str]], backend: str) -> list[ServerStatus]:
     names = [r["svname"] for r in rows
              if r.get("pxname") == backend and r.get("svname") not in ("FRONTEND", "BACKEND")]
@@ -162,11 +170,13 @@ class Runtime:
     def wait_idle(self, backend: str, server: str, timeout: float, interval: float = 0.5,
                   clock: Callable[[], float] = time.monotonic,
                   sleep: Callable[[float], None] = time.sleep) -> tuple[bool, int, float]:
-        """Wait until the server has no session: (idle, sessions left, seconds waited)."""
+        """Wait until the server has no session in any back end (it is drained in `backend`,
+        servers of other back ends that track it follow): (idle, sessions left, seconds waited)."""
         started = clock()
         while True:
-            status = self.status(backend, server)
-            sessions = status.sessions if status else 0
+            rows = self.stat()
+            sessions = (sessions_everywhere(rows, server)
+                        if server_status(rows, backend, server) else 0)
             waited = clock() - started
             if sessions == 0:
                 return True, 0, waited

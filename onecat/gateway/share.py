@@ -47,11 +47,26 @@ def fetch_stats(url: str, timeout: float = 10.0, limit: int = MAX_STATS_BYTES) -
     return body.decode("utf-8", "replace")
 
 
+def _totals(rows: list[dict[str, str]], names: list[str]) -> dict[str, int]:
+    """Each server's stot summed over every back end it is in (onecat_keyless with affinity)."""
+    totals = dict.fromkeys(names, 0)
+    for row in rows:
+        if row.get("svname") in totals and row.get("pxname"):
+            totals[row["svname"]] += int(row.get("stot") or 0)
+    return totals
+
+
 def share(before_csv: str, after_csv: str, backend: str = BACKEND) -> dict[str, Any]:
-    """{"backend", "total", "servers": {name: {"requests", "share", "status"}}}."""
-    before = {s.server: s.total for s in servers(parse_stat(before_csv), backend)}
-    rows = servers(parse_stat(after_csv), backend)
-    counts = {s.server: max(0, s.total - before.get(s.server, 0)) for s in rows}
+    """{"backend", "total", "servers": {name: {"requests", "share", "status"}}}.
+
+    A node's requests are counted in every back end it is a server of: with affinity routing
+    the requests without a routing key go through onecat_keyless to the same nodes."""
+    after_rows = parse_stat(after_csv)
+    rows = servers(after_rows, backend)
+    names = [s.server for s in rows]
+    before = _totals(parse_stat(before_csv), names)
+    after = _totals(after_rows, names)
+    counts = {name: max(0, after[name] - before.get(name, 0)) for name in names}
     total = sum(counts.values())
     return {
         "backend": backend,

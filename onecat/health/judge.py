@@ -33,9 +33,31 @@ WARNING = "warning"
 XID_DESCRIPTIONS = {code: entry.meaning for code, entry in XID_TABLE.items()}
 XID_ADVICE = {code: entry.advice for code, entry in XID_TABLE.items()}
 
-# Clock-event reasons that mean the GPU is being held down by heat or power.
+# Clock-event reasons that mean the GPU is being held down by heat or power (nvml.h,
+# nvmlClocksEventReasons): HW_SLOWDOWN 0x8 is the umbrella bit ("temperature being too high",
+# "External Power Brake Assertion ... by the system power supply", power draw too high, and
+# "may be also reported during PState or clock change"); HW_THERMAL_SLOWDOWN 0x40 is the heat,
+# HW_POWER_BRAKE_SLOWDOWN 0x80 the power supply; SW_THERMAL_SLOWDOWN 0x20 the driver keeping
+# the GPU under its max operating temperature. One sample is a warning (DCGM rates thermal and
+# power violations as warnings); only sustained hardware slowdown fails, and only the watch,
+# which keeps a history, can tell (onecat/watch/throttle.py, gpud's rule).
 SLOWDOWN_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
                     "hw_power_brake_slowdown")
+# What each slowdown points at, most specific first (HW_SLOWDOWN alone names no cause).
+SLOWDOWN_CAUSES = {
+    "hw_power_brake_slowdown": "the power brake (the system's power supply asserts it): check "
+                               "the PSU and the GPU's power cables",
+    "hw_thermal_slowdown": "heat (hardware thermal slowdown): check the airflow and fans",
+    "sw_thermal_slowdown": "heat (the driver keeps it under its max operating temperature): "
+                           "check the airflow and fans",
+    "hw_slowdown": "hardware slowdown without a thermal or power-brake bit (also seen briefly "
+                   "around P-state changes): check cooling and power if it persists",
+}
+
+# V100's "GPU Slowdown Temp" (nvidia-smi -q; NVML_TEMPERATURE_THRESHOLD_SLOWDOWN): 87 C on
+# Tesla V100-PCIE and -SXM2 (shutdown 90 C, max operating 83 C). At this temperature the card
+# starts cutting its own clocks; the health check, the watch and the burn-in warn from it.
+SLOWDOWN_TEMPERATURE_C = 87
 
 # NVML read errors that mean the GPU itself is in trouble.
 FATAL_NVML_CODES = {14: "corrupted infoROM", 15: "GPU is lost", 16: "GPU requires reset"}
@@ -60,7 +82,7 @@ class Thresholds:
     allow_display_active: bool = False
     allow_foreign_processes: bool = False
     allowed_processes: tuple[str, ...] = ()  # substrings of process names that are ours
-    max_temperature_c: int = 85
+    max_temperature_c: int = SLOWDOWN_TEMPERATURE_C
     check_xid: bool = True
     xid_error_codes: tuple[int, ...] = XID_ERROR_CODES
 
@@ -291,9 +313,10 @@ def _check_thermals(gpu: dict[str, Any], t: Thresholds, out: _Problems) -> None:
                 "airflow and fans")
     slowdowns = [r for r in gpu.get("throttle_reasons") or [] if r in SLOWDOWN_REASONS]
     if slowdowns:
+        cause = next(SLOWDOWN_CAUSES[r] for r in SLOWDOWN_CAUSES if r in slowdowns)
         out.add(WARNING, "throttle", gpu,
-                f"clocks of {where} are held down ({', '.join(slowdowns)}): check cooling and "
-                "power cabling with `nvidia-smi -q -d PERFORMANCE`")
+                f"clocks of {where} are held down ({', '.join(slowdowns)}) by {cause}; "
+                "`nvidia-smi -q -d PERFORMANCE` shows it")
 
 
 def _check_unreadable(gpu: dict[str, Any], out: _Problems) -> None:

@@ -103,7 +103,9 @@ def burnin_markdown(burnins: dict[str, dict[str, Any]], plot: str | None) -> str
     for host, data in sorted(burnins.items()):
         load = data["load"]
         asked = data["answers"]["under_load"]
-        same = sum(1 for a in asked if a.get("same") is True)
+        # Each answer and likelihood under load judged on its own ("same": an older burnin.json
+        # that compared answers with the idle ones).
+        good = sum(1 for a in asked if a.get("ok", a.get("same")) is True)
         findings = "; ".join(f["message"] for f in data["findings"]) or "-"
         temp, watts = _peak(data, "temperature_c"), _peak(data, "power_draw_w")
         admitted = "yes" if data.get("admitted") is True else "no"
@@ -112,7 +114,7 @@ def burnin_markdown(burnins: dict[str, dict[str, Any]], plot: str | None) -> str
             f"{_fmt(load['completed'], '0')} ({_fmt(load['failed'], '0')}) | "
             f"{_fmt(load['output_tokens_per_s'])} | {temp if temp is not None else '-'} | "
             f"{watts if watts is not None else '-'} | {_ecc_rise(data)} | "
-            f"{same}/{len(asked)} same | {findings} |"
+            f"{good}/{len(asked)} ok | {findings} |"
         )
     if plot:
         lines += ["", f"![GPU temperature during the burn-in]({plot})"]

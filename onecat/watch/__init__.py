@@ -1,13 +1,15 @@
 """The watch: what changed on a serving node's GPUs and answers since the last look (issue 14).
 
-deltas.py compares two health readings (as onecat.health.nvml gathers them, one from the
-watch's previous run, one now) and says what arrived in between: new uncorrectable ECC
-errors, pending page retirements, hardware throttling, a GPU gone from the bus, new Xid
-events. probe.py judges a quality probe's answer: empty, not text, collapsed into
-repetition, or different from the reference answer recorded when the node passed its gate.
-metrics.py writes both in Prometheus' text format for node_exporter's textfile collector.
-act.py decides what the node does about a look (drain, restart the engine once, hold out);
-look.py runs one look and records it; status.py renders `onecat status`'s table.
+deltas.py judges a look's readings (as onecat.health.nvml gathers them) with the health stage's
+own rules (onecat.health.judge: conditions that last, such as a lost GPU, a pending retirement,
+uncorrectable errors since the driver loaded) and says what arrived since the previous look
+(new retired pages, corrected-error bursts, a GPU gone, new Xid events; the boot id keeps a
+reboot's counters apart); throttle.py fails hardware slowdown only when it is sustained (gpud's
+rule), from a history of looks. probe.py judges a quality probe's answer: empty, not text,
+collapsed into repetition, or different from the reference answer recorded when the node passed
+its gate. metrics.py writes both in Prometheus' text format for node_exporter's textfile
+collector. act.py decides what the node does about a look (drain, restart the engine once, hold
+out); look.py runs one look and records it; status.py renders `onecat status`'s table.
 
 Stdlib and pynvml only. Ships to nodes: roles/watch copies the modules `python3 -m
 onecat.watch` imports (its vars/main.yml lists them) and runs them from a systemd timer.

@@ -18,8 +18,11 @@ from onecat.health.nvml import NvmlUnavailable
 from onecat.serve.gate import key_from_env_file
 
 from . import act
+from .deltas import watch_thresholds
+from .likelihood import REL_TOLERANCE
 from .look import (
     ACTION_FILE,
+    BOOT_ID_FILE,
     EXIT_CANNOT_READ,
     EXIT_FINDINGS,
     EXIT_HEALTHY,
@@ -32,19 +35,20 @@ from .look import (
     serving_probe,
     write_atomic,
 )
+from .prompts import read as read_prompts
 
 
 def _probe(args: argparse.Namespace) -> Probe | None:
     if not args.probe_prompts or not probe_due(args.state_dir, args.probe_every):
         return None
-    prompts = [line.strip() for line in args.probe_prompts.read_text().splitlines()
-               if line.strip() and not line.startswith("#")]
+    prompts = read_prompts(args.probe_prompts)
     key = key_from_env_file(args.api_key_file.read_text()) \
         if args.api_key_file and args.api_key_file.exists() else ""
     if not args.probe_url:
-        return serving_probe(args.serving_record, prompts, args.references, key)
+        return serving_probe(args.serving_record, prompts, args.references, key,
+                             tolerance=args.likelihood_tolerance)
     return Probe(args.probe_url.rstrip("/"), args.probe_model, prompts, args.references,
-                 key, args.record_references)
+                 key, args.record_references, tolerance=args.likelihood_tolerance)
 
 
 def _restarter(unit: str) -> Callable[[], str | None]:
@@ -140,13 +144,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                                             "ask it the probe prompts")
     parser.add_argument("--probe-model", default="", help="served model name for the probe")
     parser.add_argument("--probe-prompts", type=Path,
-                        help="file of fixed prompts, one per line (# comments); "
+                        help="file of fixed prompts, one per line (# comments; `PROMPT => "
+                             "ANSWER | ANSWER` a right answer contains one; `score: TEXT` a "
+                             "reference text to score); "
                              "without it, no probe")
     parser.add_argument("--references", type=Path,
                         default=Path("/var/lib/onecat/watch/references.json"),
-                        help="the answers recorded when the node passed its gate")
+                        help="the likelihoods (and answers, for the record) recorded at the "
+                             "first passing look after the node's gate")
     parser.add_argument("--record-references", action="store_true",
-                        help="record this look's answers as the references (after a gate)")
+                        help="record this look's likelihoods (and answers, for the record) "
+                             "as the references (after a gate)")
+    parser.add_argument("--likelihood-tolerance", type=float, default=REL_TOLERANCE,
+                        metavar="SHARE",
+                        help="how far a reference text's NLL may move from the recorded one, "
+                             "relative (default %(default)s: ~16x the measured batch noise; "
+                             "0 scores nothing, the likelihood check off)")
     parser.add_argument("--serving-record", type=Path,
                         default=Path("/var/lib/onecat/serve/serving.json"),
                         help="without --probe-url: probe what the serve stage recorded here "
@@ -176,6 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interval", metavar="TIMESPAN",
                         help="the timer's interval (systemd time span: 60s, 5min, 1h): the "
                              "verdict says it is stale after three of them without a look")
+    parser.add_argument("--expected-gpus", type=int, metavar="N",
+                        help="GPUs the node must have, as the health stage's check "
+                             "(onecat_expected_gpus; default: the health check's, 2)")
+    parser.add_argument("--boot-id-file", type=Path, default=BOOT_ID_FILE,
+                        help="the kernel's boot id, kept with the readings so the previous "
+                             "boot's counters are no baseline (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         args.stale_after_s = 3 * timespan_seconds(args.interval) if args.interval else None
@@ -195,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result, findings, transitions = look(
             pynvml, args.state_dir, args.verdict_file, args.metrics_file, args.kernel_log,
-            quality=_probe(args), acting=_acting(args), stale_after_s=args.stale_after_s)
+            quality=_probe(args), acting=_acting(args), stale_after_s=args.stale_after_s,
+            thresholds=watch_thresholds(args.expected_gpus), boot_id_file=args.boot_id_file)
     except NvmlUnavailable as error:
         return _blind(args, f"NVIDIA driver not loaded: NVML error {error.code}: {error.text}")
     except pynvml.NVMLError as error:

@@ -1,14 +1,15 @@
 """What the watch does about a look: keep the node in, drain it, restart its engine once, or
 hold it out until an operator acts.
 
-The rules look at what arrived since the previous look, so a fault shows in one look only;
-this state machine remembers it. A node is taken out in two steps, one look apart, so that
-requests already running finish: `drain` (the gateway sends no new request), then
-`maint down` (out). After an uncorrectable ECC error, a Xid or a failed quality probe the
-engine is restarted once (the seed: a restart clears the garbage for a while) and the node
-comes back when the look after the restart is clean. A second fault within the flap window,
-a fault a restart cannot clear (a GPU gone, a page pending retirement, the power brake) or
-an engine that does not come back keeps it out: `held`, until `--release`.
+A node is taken out in two steps, one look apart, so that requests already running finish:
+`drain` (the gateway sends no new request), then `maint down` (out). After an event a restart
+can clear (a fatal Xid, a failed quality probe: the seed says a restart clears the garbage for
+a while) the engine is restarted once and the node comes back when the look after the restart
+is clean. A condition that lasts (a lost GPU, a page pending retirement, uncorrectable errors
+since the driver loaded, sustained hardware slowdown, ...: deltas.CONDITIONS) is not cleared
+by a restart: the node is held out, as is one with a second fault within the flap window or
+an engine that does not come back, until `--release` (a released node whose condition still
+lasts is drained again by the next look).
 
 Pure: `step` takes the saved state, the look and the time, and returns the new state and
 what to do; look.py does it.
@@ -19,13 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .deltas import UNHEALTHY, Finding
+from onecat.health.judge import ERROR
+
+from .deltas import Finding
 
 IN, DRAINING, RESTARTED, HELD = "in", "draining", "restarted", "held"
 MODES = (IN, DRAINING, RESTARTED, HELD)
-# Faults an engine restart can clear: memory the engine had mapped, a channel the driver
-# reset, answers that went bad (the seed's pitfall 5.5).
-RESTARTABLE = frozenset(("ecc_uncorrected", "xid", "quality"))
+# Events an engine restart can clear: a channel the driver reset (a fatal Xid), answers that
+# went bad (the seed's pitfall 5.5). A condition (a state the health judge reports on every
+# look) is never restartable: the GPU's state outlives the engine.
+RESTARTABLE = frozenset(("xid", "quality"))
 # The look itself could not complete (NVML failed, an exception): the watch is blind. It
 # fails closed: the node drains and stays drained while the watch cannot look, and comes
 # back by itself once a complete look finds nothing (no restart, no hold for blindness alone).
@@ -60,7 +64,7 @@ def initial_state() -> dict[str, Any]:
 
 
 def _clean_reason(findings: list[Finding]) -> str:
-    worst = [f for f in findings if f.severity == UNHEALTHY] or findings
+    worst = [f for f in findings if f.severity == ERROR] or findings
     text = "; ".join(f.message for f in worst[:3])
     return "".join(ch if " " <= ch <= "~" else " " for ch in text)[:180]
 
@@ -92,7 +96,7 @@ def step(
         state = initial_state()
     recent = [t for t in state["restarts"] if now - float(t) < policy.flap_window_s]
     state["restarts"] = recent
-    faults = [f for f in findings if f.severity == UNHEALTHY]
+    faults = [f for f in findings if f.severity == ERROR]
     mode, transitions, restart, readmitted = state["mode"], [], False, False
 
     def go(new_mode: str, why: str) -> None:

@@ -1,58 +1,75 @@
 """What is wrong on a node's GPUs now, and what arrived since the previous reading (the
-watch's rules).
+watch's rules; the burn-in applies them between every two samples).
 
-Counters are judged by what changed since the previous reading, not by lifetime totals: the
-deploy-time health check already judged those (a card with an old ECC history is `degraded`
-there, and burn-in decides whether it serves). Conditions are judged on every look for as
-long as they last, as DCGM's health watches report them on every check: a GPU the driver lost
-(NVML_ERROR_GPU_IS_LOST), a page pending retirement (NVIDIA: it stays pending until the GPU is
-reset or the driver reloads), a row remap pending or failed. Severities follow DCGM: a new
-uncorrectable (double-bit) ECC error, a pending retirement, a row-remap failure, a lost or
-vanished GPU and a fatal Xid are failures (the node must stop serving before it answers with
-corrupted memory, the seed's pitfall 5.5); correctable errors, thermal slowdowns and other
-Xids are warnings.
+Two parts, one vocabulary (the health judge's: a finding is an `error` or a `warning`; a
+verdict is healthy, degraded or unhealthy):
+
+- **State**: every look judges the absolute readings with the health stage's own rules
+  (`onecat.health.judge.judge`, the same code the deploy's `gpu_health` module runs), so a
+  condition keeps the node out for as long as it lasts, the first look included: a lost GPU
+  (NVML_ERROR_GPU_IS_LOST), a page pending retirement (it stays pending until the GPU is reset
+  or the driver reloads), uncorrectable errors since the driver loaded (volatile ECC: only a
+  reset or a reload clears the counter), retired pages at DCGM's limit, a row-remap failure.
+  The watch leaves out what the deploy checks once: Xid events since boot (events, below) and
+  foreign processes (the engine itself holds the GPUs).
+- **Change**: counters judged by what rose since the previous reading, never by their
+  lifetime history: a new double-bit page retirement, a burst of corrected errors, new Xid
+  events (onecat's one Xid table, onecat/health/xid.py), a GPU that vanished. The readings
+  carry the kernel's boot id: across a reboot the volatile counters and the kernel log start
+  again, so the previous boot's counts are no baseline (a fault that recurs after a reboot
+  with a count at or below the previous boot's is still new).
+
+Sustained hardware slowdown needs a history of looks: onecat/watch/throttle.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from onecat.health import xid
+from onecat.health.judge import ERROR, WARNING, Thresholds
+from onecat.health.judge import judge as judge_state
 
 HEALTHY = "healthy"
 DEGRADED = "degraded"
 UNHEALTHY = "unhealthy"
+# Verdicts, best to worst; a finding's severity maps onto them (warning: degraded, error:
+# unhealthy), as the health judge's verdict does.
 RANK = {HEALTHY: 0, DEGRADED: 1, UNHEALTHY: 2}
-# Findings of a state that lasts: reported on every look while it does.
-CONDITIONS = frozenset(("gpu_lost", "retirement_pending", "row_remap_failure",
-                        "row_remap_pending"))
+SEVERITY_VERDICT = {WARNING: DEGRADED, ERROR: UNHEALTHY}
+# Findings of a state: reported on every look while it lasts (the health judge's checks and
+# the sustained slowdown). Everything else is an event, reported once.
+CONDITIONS = frozenset((
+    "gpu_count", "compute_capability", "memory_size", "ecc_mode", "ecc_aggregate_uncorrected",
+    "ecc_volatile_uncorrected", "ecc_volatile_corrected", "retired_pages_pending",
+    "retired_pages", "remapped_rows", "memory_repair", "pcie_limit", "pcie_link",
+    "display_active", "foreign_process", "temperature", "throttle", "gpu_lost",
+    "gpu_unreadable", "nvml_read", "throttle_sustained"))
 
-# Hardware protection cutting the clocks under load: weak or failing power (the seed's
-# second-hand servers) or the board's own slowdown. The answers stay right but slow; a node
-# that brakes under load is drained (DCGM reports both as power/thermal violations).
-FAILING_THROTTLE = ("hw_slowdown", "hw_power_brake_slowdown")
-WARNING_THROTTLE = ("hw_thermal_slowdown", "sw_thermal_slowdown")
 # Codes that mean the card (or its memory) failed: onecat's one Xid table, as the health judge.
 FATAL_XIDS = frozenset(xid.ERROR_CODES)
+# The health judge's rules as the watch runs them: Xid events are judged as changes (below),
+# and the engine's own processes hold the GPUs.
+WATCH_THRESHOLDS = Thresholds(check_xid=False, allow_foreign_processes=True)
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Thresholds of the rules that have one (DCGM's defaults where it has them)."""
+    """Thresholds of the change rules (DCGM's defaults where it has them)."""
 
     # New corrected (single-bit) errors per look before it is a warning: a few are normal,
     # a burst means the memory is going.
     corrected_ecc: int = 100
-    temperature_c: int = 87
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing that arrived since the previous reading."""
+    """One thing wrong now or arrived since the previous reading."""
 
-    severity: str
+    severity: str  # ERROR or WARNING (the health judge's)
     code: str
     gpu: str | None
     message: str
@@ -60,6 +77,13 @@ class Finding:
     def as_dict(self) -> dict[str, Any]:
         return {"severity": self.severity, "code": self.code, "gpu": self.gpu,
                 "message": self.message}
+
+
+def watch_thresholds(expected_gpus: int | None = None) -> Thresholds:
+    """The health judge's thresholds as the watch uses them (`--expected-gpus`)."""
+    if expected_gpus is None:
+        return WATCH_THRESHOLDS
+    return dataclasses.replace(WATCH_THRESHOLDS, expected_gpus=expected_gpus)
 
 
 def gpu_key(gpu: dict[str, Any]) -> str:
@@ -90,53 +114,56 @@ def _rose(before: dict[str, Any], now: dict[str, Any], *path: str) -> int:
     return _delta(_get(before, *path), _get(now, *path))
 
 
-def _gpu_findings(
-    before: dict[str, Any], now: dict[str, Any], limits: Limits
-) -> Iterable[Finding]:
+def is_lost(gpu: dict[str, Any]) -> bool:
+    """A GPU NVML counts but cannot read (GPU_IS_LOST, or no handle at all)."""
+    return bool(gpu.get("lost")) or gpu.get("reachable") is False
+
+
+def same_boot(before: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+    """Whether two readings come from the same boot (unknown boot ids count as the same,
+    the rules then read a counter that fell as a reload)."""
+    if before is None:
+        return False
+    then, current = before.get("boot_id"), now.get("boot_id")
+    return not (then and current and then != current)
+
+
+def state_findings(readings: dict[str, Any],
+                   thresholds: Thresholds | None = None) -> list[Finding]:
+    """The health stage's own rules on this look's absolute readings, as findings."""
+    gpus = {gpu.get("index"): gpu for gpu in readings.get("gpus") or []}
+    result = judge_state(readings, thresholds or WATCH_THRESHOLDS)
+    findings = []
+    for problem in result["problems"]:
+        gpu = gpus.get(problem.get("gpu"))
+        findings.append(Finding(problem["severity"], problem["check"],
+                                None if gpu is None else _label(gpu), problem["message"]))
+    return findings
+
+
+def _gpu_changes(before: dict[str, Any], now: dict[str, Any], limits: Limits,
+                 covered: set[tuple[str, str | None]]) -> Iterable[Finding]:
     at = _label(now)
     rise = _rose(before, now, "ecc", "volatile", "uncorrected")
-    if rise:
-        yield Finding(UNHEALTHY, "ecc_uncorrected", at,
+    if rise and ("ecc_volatile_uncorrected", at) not in covered:
+        # Usually the state rule names it (any uncorrectable error since the driver loaded);
+        # this one only speaks when a threshold above 0 lets the state pass.
+        yield Finding(ERROR, "ecc_uncorrected", at,
                       f"{at}: {rise} new uncorrectable ECC error(s) since the last look: its "
                       "memory returns corrupted data; drain the node, then reset the GPU or reboot")
     rise = _rose(before, now, "ecc", "volatile", "corrected")
     if rise >= limits.corrected_ecc:
-        yield Finding(DEGRADED, "ecc_corrected", at,
+        yield Finding(WARNING, "ecc_corrected", at,
                       f"{at}: {rise} new corrected ECC errors since the last look "
                       f"(limit {limits.corrected_ecc}): the memory is weakening")
-    if _get(now, "retired_pages", "pending") is True:
-        # A condition, on every look while it lasts: a restart of the engine does not clear it.
-        yield Finding(UNHEALTHY, "retirement_pending", at,
-                      f"{at}: a page retirement is pending: the bad memory stays in use until "
-                      "the GPU is reset; drain the node and reset the GPU or reboot")
     rise = _rose(before, now, "retired_pages", "double_bit")
     if rise:
-        yield Finding(UNHEALTHY, "pages_retired_double_bit", at,
+        yield Finding(ERROR, "pages_retired_double_bit", at,
                       f"{at}: {rise} page(s) newly retired for double-bit errors")
     rise = _rose(before, now, "retired_pages", "single_bit")
     if rise:
-        yield Finding(DEGRADED, "pages_retired_single_bit", at,
+        yield Finding(WARNING, "pages_retired_single_bit", at,
                       f"{at}: {rise} page(s) newly retired for single-bit errors")
-    if _get(now, "remapped_rows", "failure") is True:
-        yield Finding(UNHEALTHY, "row_remap_failure", at,
-                      f"{at}: a row remapping failed: the memory cannot repair itself any more")
-    if _get(now, "remapped_rows", "pending") is True:
-        yield Finding(DEGRADED, "row_remap_pending", at,
-                      f"{at}: a row remap is pending until the GPU is reset")
-    reasons = set(now.get("throttle_reasons") or [])
-    for reason in FAILING_THROTTLE:
-        if reason in reasons:
-            yield Finding(UNHEALTHY, "throttle", at,
-                          f"{at}: clocks cut by {reason}: check the power supply and cables "
-                          "(the card brakes to protect itself)")
-    for reason in WARNING_THROTTLE:
-        if reason in reasons:
-            yield Finding(DEGRADED, "throttle", at,
-                          f"{at}: clocks cut by {reason}: check the cooling")
-    temperature = now.get("temperature_c")
-    if isinstance(temperature, int) and temperature >= limits.temperature_c:
-        yield Finding(DEGRADED, "temperature", at,
-                      f"{at}: {temperature} °C (limit {limits.temperature_c} °C)")
 
 
 def _xid_counts(readings: dict[str, Any]) -> dict[tuple[str, int], int]:
@@ -144,59 +171,71 @@ def _xid_counts(readings: dict[str, Any]) -> dict[tuple[str, int], int]:
             for event in readings.get("xid_events") or [] if "code" in event}
 
 
-def _xid_findings(before: dict[str, Any], now: dict[str, Any]) -> Iterable[Finding]:
-    if now.get("xid_events") is None or before.get("xid_events") is None:
+def _xid_findings(before: dict[str, Any] | None, now: dict[str, Any]) -> Iterable[Finding]:
+    if now.get("xid_events") is None:
         return  # not read (no kernel log access): the deploy-time check reports that
-    then = _xid_counts(before)
+    if before is not None and same_boot(before, now) and before.get("xid_events") is None:
+        return  # the previous look could not read the log: no baseline to compare with
+    # The kernel log starts again at every boot: the first look of a boot (or the first look
+    # at all) counts every event since boot.
+    then = _xid_counts(before) if same_boot(before, now) and before is not None else {}
     for (bus, code), count in sorted(_xid_counts(now).items()):
         rise = count - then.get((bus, code), 0)
         if rise <= 0:
             continue
         fatal = code in FATAL_XIDS
-        severity = UNHEALTHY if fatal else DEGRADED
+        meaning = xid.TABLE[code].meaning if code in xid.TABLE else "see NVIDIA's Xid catalog"
         advice = "; NVIDIA's catalog says the card failed: drain the node" if fatal else ""
-        yield Finding(severity, "xid", bus,
-                      f"the kernel logged Xid {code} {rise} more time(s) on the GPU at {bus} "
-                      f"since the last look{advice}")
+        yield Finding(ERROR if fatal else WARNING, "xid", bus,
+                      f"the kernel logged Xid {code} ({meaning}) {rise} more time(s) on the GPU "
+                      f"at {bus} since the last look{advice}")
 
 
-def compare(
-    before: dict[str, Any] | None, now: dict[str, Any], limits: Limits | None = None
-) -> list[Finding]:
-    """Findings that arrived between two readings.
+def _volatile_reset(gpu: dict[str, Any]) -> dict[str, Any]:
+    """A GPU's previous reading from another boot: its lifetime counters stand, the ones since
+    the driver loaded start at 0 (the driver loaded again)."""
+    ecc = dict(gpu.get("ecc") or {})
+    ecc["volatile"] = {"corrected": 0, "uncorrected": 0}
+    return {**gpu, "ecc": ecc}
 
-    The first look (no `before`) and a GPU seen for the first time set the baseline: only what
-    is true now counts for them (throttling, temperature, a pending retirement), never the
-    counters' history.
-    """
+
+def change_findings(before: dict[str, Any] | None, now: dict[str, Any],
+                    limits: Limits | None = None,
+                    covered: Iterable[Finding] = ()) -> list[Finding]:
+    """What arrived between two readings. A GPU seen for the first time (the first look)
+    takes its own counters as the baseline; `covered` are the state findings of `now`, so
+    one fault gets one reason."""
     limits = limits or Limits()
+    done = {(f.code, f.gpu) for f in covered}
     findings: list[Finding] = []
+    boot = same_boot(before, now)
     current = {gpu_key(gpu): gpu for gpu in now.get("gpus") or []}
     previous = {gpu_key(gpu): gpu for gpu in (before or {}).get("gpus") or []}
-    lost = {gpu.get("index"): gpu for gpu in current.values() if is_lost(gpu)}
+    if not boot:
+        previous = {key: _volatile_reset(gpu) for key, gpu in previous.items()}
+    counted = any(f.code == "gpu_count" and f.severity == ERROR for f in covered)
+    lost = {gpu.get("index") for gpu in current.values() if is_lost(gpu)}
     for key, gpu in previous.items():
-        if key not in current and gpu.get("index") not in lost:
-            findings.append(Finding(UNHEALTHY, "gpu_lost", _label(gpu),
+        if key not in current and gpu.get("index") not in lost and not counted:
+            findings.append(Finding(ERROR, "gpu_lost", _label(gpu),
                                     f"{_label(gpu)} is gone: NVML no longer sees it (fallen off "
                                     "the bus?); drain the node, then reseat or replace the card"))
     for key, gpu in current.items():
         if is_lost(gpu):
-            # Counted but unreachable: one finding on every look while it lasts; its other
-            # readings are unknown, not zero.
-            findings.append(Finding(UNHEALTHY, "gpu_lost", _label(gpu),
-                                    f"{_label(gpu)} is lost: the driver counts it but NVML "
-                                    "answers \"GPU is lost\" (Xid 79, fallen off the bus); "
-                                    "drain the node and reboot it"))
-            continue
-        findings.extend(_gpu_findings(previous.get(key) or _baseline(gpu), gpu, limits))
-    if before is not None:
-        findings.extend(_xid_findings(before, now))
+            continue  # the state rule names it on every look; its counters are unknown
+        findings.extend(_gpu_changes(previous.get(key) or _baseline(gpu), gpu, limits, done))
+    findings.extend(_xid_findings(before, now))
     return findings
 
 
-def is_lost(gpu: dict[str, Any]) -> bool:
-    """A GPU NVML counts but cannot read (GPU_IS_LOST, or no handle at all)."""
-    return bool(gpu.get("lost")) or gpu.get("reachable") is False
+def compare(
+    before: dict[str, Any] | None, now: dict[str, Any], limits: Limits | None = None,
+    thresholds: Thresholds | None = None,
+) -> list[Finding]:
+    """Everything a look finds: the state of `now` (the health judge's rules) and what
+    arrived since `before` (None: the first look)."""
+    state = state_findings(now, thresholds)
+    return state + change_findings(before, now, limits, state)
 
 
 def _baseline(gpu: dict[str, Any]) -> dict[str, Any]:
@@ -205,5 +244,6 @@ def _baseline(gpu: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict(findings: Iterable[Finding]) -> str:
-    """The worst severity among the findings (healthy when there are none)."""
-    return max((f.severity for f in findings), key=RANK.__getitem__, default=HEALTHY)
+    """The worst severity among the findings as a verdict (healthy when there are none)."""
+    return max((SEVERITY_VERDICT.get(f.severity, f.severity if f.severity in RANK else UNHEALTHY)
+                for f in findings), key=RANK.__getitem__, default=HEALTHY)

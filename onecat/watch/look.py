@@ -2,12 +2,17 @@
 
 `python3 -m onecat.watch --once` runs one look (the watch's systemd timer runs it every
 interval). With a probe (the node's server URL and a prompts file), it also asks the server
-each fixed prompt, greedy, and compares the answers with the references recorded when the
-node passed its gate (`--record-references` records them); a failed probe is `unhealthy`.
+each fixed prompt, greedy, and scores fixed reference texts (probe.py): an answer fails when
+it degenerates or lacks what a right answer contains, a likelihood when it left the tolerance
+of the one recorded when the node passed its gate (`--record-references` records them); a
+failed probe is `unhealthy`. Answers are never compared with answers (not batch-invariant).
 
-The previous readings live in the state folder (after a reboot the volatile counters start
-again at 0, which the rules read as a reload, not as errors). The verdict file says what the
-node's gateway agent and `onecat status` read: verdict, findings, when. Metrics go to
+Every look judges the absolute readings with the health stage's own rules and what changed
+since the previous look (deltas.py), and sustained hardware slowdown over a history of looks
+(throttle.py). The previous readings live in the state folder with the kernel's boot id (after
+a reboot the volatile counters and the kernel log start again: the previous boot's counts are
+no baseline). The verdict file says what the node's gateway agent and `onecat status` read:
+verdict, the state's own verdict, findings, the reason a node is out, when. Metrics go to
 node_exporter's textfile folder when it exists. Exit status: 0 healthy, 1 degraded or
 unhealthy, 2 NVML could not be read.
 """
@@ -23,17 +28,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onecat.health.judge import ERROR, WARNING, Thresholds
 from onecat.health.nvml import gather
 
-from . import act
-from .deltas import DEGRADED, UNHEALTHY, Finding, Limits, compare, verdict
+from . import act, throttle
+from .deltas import UNHEALTHY, Finding, Limits, change_findings, state_findings, verdict
+from .likelihood import REL_TOLERANCE
 from .metrics import render
-from .probe import ProbeResult, probe
+from .probe import ProbeResult, answers, ask_all, likelihoods, stored_likelihoods
+from .prompts import PromptSet
 
 EXIT_HEALTHY, EXIT_FINDINGS, EXIT_CANNOT_READ = 0, 1, 2
 STATE_FILE = "last-readings.json"
 ACTION_FILE = "action.json"
 LAST_SUCCESS_FILE = "last-success"
+THROTTLE_FILE = "throttle-history.json"
+# Beside the agent's answer file: when the watch's answer expires (Unix seconds, three
+# intervals after the look that wrote it). The gateway's agent answers `drain` past it, so a
+# watch that stopped (its timer, its unit, a hung look) cannot leave a node in rotation.
+EXPIRES_FILE = "watch-expires"
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+# What a probe's references are recorded for (serving.json's keys; roles/burnin keys the
+# canary's the same way): the image, the model revision and path, the served name and the
+# engine's arguments.
+IDENTITY_KEYS = ("image_id", "model_revision", "model_path", "served_model_name",
+                 "engine_args_sha256")
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
@@ -58,13 +77,15 @@ class Probe:
 
     url: str
     model: str
-    prompts: list[str]
+    prompts: PromptSet | list[str]
     references_file: Path
     api_key: str = ""
     record: bool = False
-    # What serves (image, model revision, name): references recorded for other bits are
-    # replaced by this look's answers (the node passed its gate on the new bits).
+    # What serves (image, model revision, name, engine arguments): references recorded for
+    # other bits are replaced by this look's (the node passed its gate on the new bits).
     identity: str = ""
+    # The likelihood check's tolerance, relative to the recorded NLL (likelihood.py).
+    tolerance: float = REL_TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -89,21 +110,26 @@ def answer_agent(agent_file: Path, answer: str, ready_hold_s: float) -> None:
 
 
 def run_probe(config: Probe) -> tuple[list[ProbeResult], list[Finding]]:
-    """Ask every prompt; record the answers as references, or judge them against them."""
+    """Ask every prompt and score the reference texts (probe.py: known answers, degeneracy,
+    likelihood; answers are never compared with answers). The likelihoods become the
+    references after a passing look on new bits (or with --record-references); one that has
+    none yet for a text gets it from its first passing look."""
     stored = _read_json(config.references_file) or {}
     record = config.record or bool(config.identity and stored.get("identity") != config.identity)
-    references = {} if record else stored.get("answers") or {}
-    results = [probe(config.url, config.model, prompt, references.get(prompt),
-                     api_key=config.api_key) for prompt in config.prompts]
+    references = {} if record else stored_likelihoods(stored)
+    results = ask_all(config.url, config.model, config.prompts, references, config.api_key,
+                      config.tolerance)
     # A server that gives no answer at all (stopped, restarting, loading) is taken out by
     # the gateway's own health check; the watch's business is a server that answers wrong.
-    findings = [Finding(UNHEALTHY if result.reached else DEGRADED,
+    findings = [Finding(ERROR if result.reached else WARNING,
                         "quality" if result.reached else "probe_unreachable", None,
                         f"the quality probe {result.prompt[:40]!r} failed: {result.reason}")
                 for result in results if not result.ok]
-    if record and not findings:
+    scored = likelihoods(results)
+    if not findings and (record or set(scored) - set(references)):
         document = {"model": config.model, "identity": config.identity,
-                    "answers": {r.prompt: r.answer for r in results}}
+                    "likelihood": {**references, **scored},
+                    "answers": answers(results) if record else stored.get("answers") or {}}
         write_atomic(config.references_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
     return results, findings
 
@@ -137,8 +163,9 @@ def probe_due(state_dir: Path, every: int) -> bool:
     return mode != act.IN or count % max(every, 1) == 0
 
 
-def serving_probe(record_file: Path, prompts: list[str], references_file: Path,
-                  api_key: str, unit_dir: Path = Path("/etc/systemd/system")) -> Probe | None:
+def serving_probe(record_file: Path, prompts: PromptSet | list[str], references_file: Path,
+                  api_key: str, unit_dir: Path = Path("/etc/systemd/system"),
+                  tolerance: float = REL_TOLERANCE) -> Probe | None:
     """The probe of what the node's serve stage recorded (serving.json), None when it
     records nothing (not serving yet) or when the engine's unit is not the one that passed
     the gate (a deploy is changing it: its own gate judges the new server, and the watch
@@ -153,18 +180,27 @@ def serving_probe(record_file: Path, prompts: list[str], references_file: Path,
             return None
         if hashlib.sha256(unit).hexdigest() != record["unit_sha256"]:
             return None
-    identity = "|".join(str(record.get(k) or "") for k in
-                        ("image_id", "model_revision", "model_path", "served_model_name"))
+    identity = "|".join(str(record.get(k) or "") for k in IDENTITY_KEYS)
     return Probe(str(record["url"]).rstrip("/"), str(record["served_model_name"]), prompts,
-                 references_file, api_key, identity=identity)
+                 references_file, api_key, identity=identity, tolerance=tolerance)
+
+
+def _expired(expires_file: Path, now: float) -> bool:
+    """Whether the previous answer had expired (the agent answered `drain` for a stale watch)."""
+    try:
+        return float(expires_file.read_text().strip()) < now
+    except (OSError, ValueError):
+        return False
 
 
 def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: float,
-         probe_unreachable: bool = False) -> tuple[str | None, list[str]]:
+         probe_unreachable: bool = False, stale_after_s: float | None = None,
+         ) -> tuple[str | None, list[str], str]:
     """Decide what to do about a look (act.step), do it, and record it: the engine restart,
-    the saved state, the gateway agent's answer. Returns the node's mode and transitions."""
+    the saved state, the gateway agent's answer and when it expires. Returns the node's mode,
+    the transitions and the reason it is out ("" when in)."""
     if acting is None:
-        return None, []
+        return None, [], ""
     decided = act.step(_read_json(state_dir / ACTION_FILE), findings, now, acting.policy,
                        probe_unreachable=probe_unreachable)
     if decided.restart_engine:
@@ -174,40 +210,63 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
     write_atomic(state_dir / ACTION_FILE, json.dumps(decided.state, sort_keys=True) + "\n",
                  0o600)
     if acting.agent_file is not None:
-        answer_agent(acting.agent_file, decided.answer, acting.ready_hold_s)
-    return decided.state["mode"], decided.transitions
+        expires = acting.agent_file.with_name(EXPIRES_FILE)
+        answer = decided.answer
+        if answer == "up" and _expired(expires, now):
+            # The agent drained the node while the watch was silent: `ready` lifts that drain.
+            answer = "ready up"
+            decided.transitions.append("the watch looks again after its answer expired")
+        if stale_after_s is not None:
+            write_atomic(expires, f"{now + stale_after_s:.0f}\n")
+        else:
+            expires.unlink(missing_ok=True)  # no interval known: no deadline to keep
+        answer_agent(acting.agent_file, answer, acting.ready_hold_s)
+    mode = decided.state["mode"]
+    reason = "" if mode == act.IN else str(decided.state.get("reason") or "")
+    return mode, decided.transitions, reason
 
 
 def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | None,
          kernel_log_path: str | None = None, limits: Limits | None = None,
          now: float | None = None, quality: Probe | None = None,
          acting: Acting | None = None,
-         stale_after_s: float | None = None) -> tuple[str, list[Finding], list[str]]:
-    """One look: gather, compare with the previous look, probe, act, record.
+         stale_after_s: float | None = None, thresholds: Thresholds | None = None,
+         boot_id_file: Path = BOOT_ID_FILE) -> tuple[str, list[Finding], list[str]]:
+    """One look: gather, judge the state, compare with the previous look, probe, act, record.
 
     Returns the verdict, the findings and the transitions of the node's mode (acting).
     Raises what gather raises (NVML cannot be read)."""
     now = time.time() if now is None else now
     readings = gather(nvml, check_xid=True, kernel_log_path=kernel_log_path)
+    readings["boot_id"] = boot_id(boot_id_file)
     previous = _read_json(state_dir / STATE_FILE)
-    findings = compare(previous, readings, limits)
+    state = state_findings(readings, thresholds)
+    history = throttle.record(_read_json(state_dir / THROTTLE_FILE), readings, now)
+    findings = state + throttle.findings(history, readings, now) + change_findings(
+        previous, readings, limits, state)
     results: list[ProbeResult] = []
     if quality is not None:
         results, failed = run_probe(quality)
         findings += failed
     result = verdict(findings)
     unreachable = bool(results) and not any(r.reached for r in results)
-    mode, transitions = _act(acting, state_dir, findings, now, unreachable)
+    mode, transitions, reason = _act(acting, state_dir, findings, now, unreachable,
+                                     stale_after_s)
     stamp = _stamp(now)
     write_atomic(state_dir / LAST_SUCCESS_FILE, f"{now:.0f}\n", 0o600)
-    document = {"verdict": result, "at": stamp, "first_look": previous is None, "mode": mode,
+    write_atomic(state_dir / THROTTLE_FILE, json.dumps(history, sort_keys=True) + "\n", 0o600)
+    document = {"verdict": result, "state_verdict": verdict(state), "at": stamp,
+                "first_look": previous is None, "boot_id": readings["boot_id"], "mode": mode,
+                "reason": reason,
                 "last_success": stamp, "stale_after": _stale_after(now, stale_after_s),
                 "transitions": transitions,
                 "gpus": len(readings.get("gpus") or []),
                 **summary(readings),
                 "findings": [finding.as_dict() for finding in findings],
                 "probe": [{"prompt": r.prompt, "ok": r.ok, "reason": r.reason,
-                           "seconds": round(r.seconds, 3)} for r in results] or None}
+                           "seconds": round(r.seconds, 3),
+                           **({} if r.nll is None else {"nll": round(r.nll, 4)})}
+                          for r in results] or None}
     write_atomic(verdict_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
     write_atomic(state_dir / STATE_FILE, json.dumps(readings, sort_keys=True) + "\n", 0o600)
     if metrics_file is not None and metrics_file.parent.is_dir():
@@ -215,8 +274,16 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
             readings, result, findings,
             probe_ok=all(r.ok for r in results) if results else None,
             probe_seconds=sum(r.seconds for r in results) if results else None, mode=mode,
-            last_success=now))
+            last_success=now, throttle_looks=history.get("looks")))
     return result, findings, transitions
+
+
+def boot_id(path: Path = BOOT_ID_FILE) -> str | None:
+    """The kernel's boot id (a new one at every boot), None when it cannot be read."""
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _stamp(seconds: float) -> str:
@@ -245,10 +312,12 @@ def cannot_look(why: str, state_dir: Path, verdict_file: Path, metrics_file: Pat
     good readings stay the baseline of the next complete look. Returns the transitions."""
     now = time.time() if now is None else now
     why = " ".join(why.split())[:300]
-    findings = [Finding(UNHEALTHY, act.CANNOT_LOOK, None, f"the watch cannot look: {why}")]
-    mode, transitions = _act(acting, state_dir, findings, now)
+    findings = [Finding(ERROR, act.CANNOT_LOOK, None, f"the watch cannot look: {why}")]
+    mode, transitions, reason = _act(acting, state_dir, findings, now,
+                                     stale_after_s=stale_after_s)
     last = _last_success(state_dir)
-    document = {"verdict": UNHEALTHY, "at": _stamp(now), "cannot_look": why, "mode": mode,
+    document = {"verdict": UNHEALTHY, "state_verdict": None, "at": _stamp(now),
+                "cannot_look": why, "mode": mode, "reason": reason,
                 "transitions": transitions, "stale_after": _stale_after(now, stale_after_s),
                 "last_success": None if last is None else _stamp(last),
                 "findings": [finding.as_dict() for finding in findings], "probe": None}

@@ -1,7 +1,12 @@
 """The watch's findings and counters in Prometheus' text format (node_exporter's textfiles).
 
-Names follow Prometheus' conventions: a unit suffix, `_total` for counters, labels for the
-GPU and the kind of error; one file per node, replaced atomically by the caller.
+Shaped like NVIDIA's dcgm-exporter (etc/default-counters.csv, render_metrics.go): every GPU
+series carries `gpu` (the index), `UUID`, `pci_bus_id` and `modelName`; volatile (since the
+driver loaded) and aggregate (lifetime) ECC counts are separate metrics, so a `sum()` never
+adds one to the other; events are `_total` counters; no label takes a value that changes with
+the node's state (the watch's mode is a number, not a label), and every series is written on
+every look (zero included) so none vanishes. One file per node, replaced atomically by the
+caller.
 """
 
 from __future__ import annotations
@@ -9,10 +14,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .deltas import RANK, Finding, gpu_key
+from onecat.health.judge import ERROR, WARNING
+
+from .act import MODES
+from .deltas import RANK, Finding, gpu_key, is_lost
+from .throttle import CAUSE_NAMES
 
 THROTTLE_REASONS = ("hw_slowdown", "hw_power_brake_slowdown", "hw_thermal_slowdown",
                     "sw_thermal_slowdown", "sw_power_cap")
+# (metric, counter kind, NVML counter): four metrics, as dcgm-exporter's SBE/DBE x VOL/AGG.
+ECC_METRICS = (
+    ("onecat_gpu_ecc_corrected_volatile_total", "corrected", "volatile",
+     "Corrected (single-bit) ECC errors since the driver loaded."),
+    ("onecat_gpu_ecc_uncorrected_volatile_total", "uncorrected", "volatile",
+     "Uncorrectable (double-bit) ECC errors since the driver loaded."),
+    ("onecat_gpu_ecc_corrected_aggregate_total", "corrected", "aggregate",
+     "Corrected (single-bit) ECC errors in the GPU's lifetime."),
+    ("onecat_gpu_ecc_uncorrected_aggregate_total", "uncorrected", "aggregate",
+     "Uncorrectable (double-bit) ECC errors in the GPU's lifetime."),
+)
 
 
 def _labels(**labels: str) -> str:
@@ -23,10 +43,22 @@ def _labels(**labels: str) -> str:
     return "{" + ",".join(parts) + "}"
 
 
+def gpu_labels(gpu: dict[str, Any]) -> dict[str, str]:
+    """dcgm-exporter's GPU labels: gpu (index), UUID, pci_bus_id, modelName."""
+    return {"gpu": str(gpu.get("index", "")), "UUID": str(gpu.get("uuid") or ""),
+            "pci_bus_id": str(gpu.get("pci_bus_id") or ""),
+            "modelName": str(gpu.get("name") or "")}
+
+
+def _metric(lines: list[str], name: str, kind: str, text: str) -> None:
+    lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+
+
 def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
            probe_ok: bool | None = None, probe_seconds: float | None = None,
            mode: str | None = None, up: bool = True,
-           last_success: float | None = None) -> str:
+           last_success: float | None = None,
+           throttle_looks: dict[str, Any] | None = None) -> str:
     """The metrics file's text for one look at the node; `up` is False for a look that could
     not complete (then `readings` is empty and only the watch's own state is written)."""
     lines = [
@@ -41,39 +73,57 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
         "# HELP onecat_node_verdict The watch's verdict: 0 healthy, 1 degraded, 2 unhealthy.",
         "# TYPE onecat_node_verdict gauge",
         f"onecat_node_verdict {RANK[verdict]}",
-        "# HELP onecat_watch_findings Findings of the last look, by severity and rule.",
+        "# HELP onecat_watch_findings Findings of the last look, by severity (error, warning).",
         "# TYPE onecat_watch_findings gauge",
     ]
-    counts: dict[tuple[str, str], int] = {}
+    counts = {ERROR: 0, WARNING: 0}
     for finding in findings:
-        key = (finding.severity, finding.code)
-        counts[key] = counts.get(key, 0) + 1
-    lines += [f"onecat_watch_findings{_labels(severity=severity, rule=code)} {count}"
-              for (severity, code), count in sorted(counts.items())]
-    lines += [
-        "# HELP onecat_gpu_ecc_errors_total ECC errors NVML counts, by type and counter.",
-        "# TYPE onecat_gpu_ecc_errors_total counter",
-    ]
+        counts[finding.severity] = counts.get(finding.severity, 0) + 1
+    lines += [f"onecat_watch_findings{_labels(severity=severity)} {count}"
+              for severity, count in sorted(counts.items())]
     gpus = readings.get("gpus") or []
-    for gpu in gpus:
-        for counter in ("volatile", "aggregate"):
-            for kind in ("corrected", "uncorrected"):
-                value = ((gpu.get("ecc") or {}).get(counter) or {}).get(kind)
-                if isinstance(value, int):
-                    labels = _labels(gpu=gpu_key(gpu), type=kind, counter=counter)
-                    lines.append(f"onecat_gpu_ecc_errors_total{labels} {value}")
-    lines += [
-        "# HELP onecat_gpu_throttle_active Whether a clock throttle reason is active (1 or 0).",
-        "# TYPE onecat_gpu_throttle_active gauge",
-    ]
-    for gpu in gpus:
+    readable = [gpu for gpu in gpus if not is_lost(gpu)]
+    _metric(lines, "onecat_gpu_lost", "gauge",
+            "Whether the driver counts the GPU but NVML cannot reach it (GPU_IS_LOST, Xid 79).")
+    lines += [f"onecat_gpu_lost{_labels(**gpu_labels(gpu))} {int(is_lost(gpu))}" for gpu in gpus]
+    for name, kind, counter, text in ECC_METRICS:
+        _metric(lines, name, "counter", text)
+        for gpu in readable:
+            value = ((gpu.get("ecc") or {}).get(counter) or {}).get(kind)
+            if isinstance(value, int):
+                lines.append(f"{name}{_labels(**gpu_labels(gpu))} {value}")
+    _metric(lines, "onecat_gpu_retired_pages_pending", "gauge",
+            "Whether a page waits for retirement (until the GPU is reset or the driver reloads).")
+    for gpu in readable:
+        pending = (gpu.get("retired_pages") or {}).get("pending")
+        if isinstance(pending, bool):
+            lines.append(f"onecat_gpu_retired_pages_pending{_labels(**gpu_labels(gpu))} "
+                         f"{int(pending)}")
+    _metric(lines, "onecat_gpu_xid_errors_total", "counter",
+            "Xid events the kernel logged for the GPU since boot, by Xid code.")
+    by_bus = {str(gpu.get("pci_bus_id")): gpu for gpu in gpus}
+    for event in sorted(readings.get("xid_events") or [],
+                        key=lambda e: (str(e.get("pci_bus_id")), e.get("code", 0))):
+        if "code" not in event:
+            continue
+        gpu = by_bus.get(str(event.get("pci_bus_id"))) or {"pci_bus_id": event.get("pci_bus_id")}
+        labels = _labels(**gpu_labels(gpu), xid=str(event["code"]))
+        lines.append(f"onecat_gpu_xid_errors_total{labels} {int(event.get('count') or 0)}")
+    _metric(lines, "onecat_gpu_throttle_active", "gauge",
+            "Whether a clock-event reason is active (1 or 0) at the look.")
+    for gpu in readable:
         active = set(gpu.get("throttle_reasons") or [])
-        lines += [f"onecat_gpu_throttle_active{_labels(gpu=gpu_key(gpu), reason=reason)} "
+        lines += [f"onecat_gpu_throttle_active{_labels(**gpu_labels(gpu), reason=reason)} "
                   f"{int(reason in active)}" for reason in THROTTLE_REASONS]
-    lines += ["# HELP onecat_gpu_temperature_celsius GPU temperature.",
-              "# TYPE onecat_gpu_temperature_celsius gauge"]
-    lines += [f"onecat_gpu_temperature_celsius{_labels(gpu=gpu_key(gpu))} {gpu['temperature_c']}"
-              for gpu in gpus if isinstance(gpu.get("temperature_c"), int)]
+    _metric(lines, "onecat_gpu_slowdown_looks_total", "counter",
+            "Looks that saw a hardware slowdown, by cause (power_brake, thermal, hw_slowdown).")
+    for gpu in readable:
+        seen = (throttle_looks or {}).get(gpu_key(gpu)) or {}
+        lines += [f"onecat_gpu_slowdown_looks_total{_labels(**gpu_labels(gpu), cause=cause)} "
+                  f"{int(seen.get(cause) or 0)}" for cause in CAUSE_NAMES]
+    _metric(lines, "onecat_gpu_temperature_celsius", "gauge", "GPU temperature.")
+    lines += [f"onecat_gpu_temperature_celsius{_labels(**gpu_labels(gpu))} {gpu['temperature_c']}"
+              for gpu in readable if isinstance(gpu.get("temperature_c"), int)]
     if probe_ok is not None:
         lines += ["# HELP onecat_quality_probe_ok Whether the last quality probe passed.",
                   "# TYPE onecat_quality_probe_ok gauge",
@@ -83,8 +133,10 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
                   "# TYPE onecat_quality_probe_seconds gauge",
                   f"onecat_quality_probe_seconds {probe_seconds:.3f}"]
     if mode is not None:
-        lines += ["# HELP onecat_node_in_rotation Whether the watch keeps the node in the "
-                  "gateway's rotation (1) or holds it out (0), by the watch's mode.",
-                  "# TYPE onecat_node_in_rotation gauge",
-                  f"onecat_node_in_rotation{_labels(mode=mode)} {int(mode == 'in')}"]
+        _metric(lines, "onecat_node_in_rotation", "gauge",
+                "Whether the watch keeps the node in the gateway's rotation (1) or out (0).")
+        lines.append(f"onecat_node_in_rotation {int(mode == 'in')}")
+        _metric(lines, "onecat_watch_mode", "gauge",
+                "The watch's mode: " + ", ".join(f"{i} {m}" for i, m in enumerate(MODES)) + ".")
+        lines.append(f"onecat_watch_mode {MODES.index(mode) if mode in MODES else -1}")
     return "\n".join(lines) + "\n"

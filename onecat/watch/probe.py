@@ -1,29 +1,34 @@
-"""Judge a quality probe's answer: the seed's pitfall 5.5 is a node that answers, but with garbage.
+"""Judge a node's answers: the seed's pitfall 5.5 is a node that answers, but with garbage.
 
-The probe sends a handful of fixed prompts, greedy (temperature 0), to the node's own server.
-An answer fails when it is empty, is not text, has collapsed into repetition (a degrading
-card's classic symptom: "the the the the"), or differs from the reference answer recorded
-for the same model, engine and image when the node passed its gate (greedy decoding on the
-same bits gives the same tokens).
+On a V100 the engine is not batch-invariant (vLLM's batch-invariant mode needs compute
+capability >= 8.0: vllm-project/vllm docs/features/batch_invariance.md, "Hardware
+Requirements"), so a greedy answer's tokens after the first few change with what else is in
+flight: an answer is never compared with another answer. Three checks instead:
+
+- **known answers** (prompts.py): each prompt may carry what a right answer contains
+  ("The capital of France is => Paris");
+- **degeneracy** (degenerate.py): runaway loops (partial collapse, a CJK loop, a loop cut
+  mid-repeat) on the answer's characters and on the served model's tokens (`/tokenize`),
+  random-token soup, not text;
+- **likelihood** (likelihood.py): the node scores fixed reference texts through its own
+  logprobs; their NLL must stay within the tolerance of the value recorded when the same image,
+  model revision and engine arguments first passed, and under a ceiling always.
 """
 
 from __future__ import annotations
 
 import time
-import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from onecat.serve.gate import repeated_token, smoke
+from onecat.serve.gate import Malformed, _request, smoke
 
-# Long enough to judge; shorter answers are only checked for emptiness and text.
-MIN_WORDS = 12
-# One word repeated this many times in a row is a collapse, whatever the rest says.
-MAX_RUN = 6
-# Fewer distinct words than this share of all words is a loop ("a b c a b c a b c ...").
-MIN_DISTINCT_SHARE = 0.2
-# Printable share of the characters below which the answer is not text (control bytes,
-# replacement characters from broken detokenisation).
-MIN_PRINTABLE_SHARE = 0.9
+from . import likelihood
+from .degenerate import degenerate
+from .prompts import ProbePrompt, PromptSet, missing
+
+SCORE_PREFIX = "score: "
 
 
 @dataclass(frozen=True)
@@ -32,50 +37,18 @@ class ProbeVerdict:
     reason: str
 
 
-def _printable_share(text: str) -> float:
-    good = sum(1 for ch in text
-               if ch in "\n\t" or (ch != "\ufffd" and unicodedata.category(ch)[0] != "C"))
-    return good / len(text) if text else 0.0
-
-
-def _longest_run(words: list[str]) -> tuple[str, int]:
-    best, best_len, run = "", 0, 0
-    for i, word in enumerate(words):
-        run = run + 1 if i and word == words[i - 1] else 1
-        if run > best_len:
-            best, best_len = word, run
-    return best, best_len
-
-
-def garbage(text: str) -> str | None:
+def garbage(text: str, tokens: Sequence[int] | None = None) -> str | None:
     """Why an answer is garbage, or None when it reads like text."""
-    if not text.strip():
-        return "empty answer"
-    share = _printable_share(text)
-    if share < MIN_PRINTABLE_SHARE:
-        return f"not text: only {share:.0%} of its characters are printable"
-    piece = repeated_token(text)
-    if piece is not None:
-        return f"collapsed into repetition: one token repeated ({piece!r})"
-    words = text.lower().split()
-    word, run = _longest_run(words)
-    if run >= MAX_RUN:
-        return f"collapsed into repetition: {word!r} {run} times in a row"
-    if len(words) >= MIN_WORDS and len(set(words)) / len(words) < MIN_DISTINCT_SHARE:
-        return (f"collapsed into repetition: {len(set(words))} distinct words in "
-                f"{len(words)}")
-    return None
+    return degenerate(text, tokens)
 
 
-def judge(answer: str, reference: str | None) -> ProbeVerdict:
-    """A probe answer against its reference (None: no reference yet, only garbage counts)."""
-    why = garbage(answer)
+def judge(answer: str, expect: Sequence[str] = (),
+          tokens: Sequence[int] | None = None) -> ProbeVerdict:
+    """One answer: degenerate, or without what a right answer contains, fails."""
+    why = degenerate(answer, tokens) or missing(answer, tuple(expect))
     if why:
         return ProbeVerdict(False, why)
-    if reference is not None and " ".join(answer.split()) != " ".join(reference.split()):
-        return ProbeVerdict(False, f"differs from the reference answer: {answer[:60]!r} "
-                                   f"instead of {reference[:60]!r}")
-    return ProbeVerdict(True, "matches the reference" if reference is not None else "reads as text")
+    return ProbeVerdict(True, "contains the right answer" if expect else "reads as text")
 
 
 @dataclass(frozen=True)
@@ -87,16 +60,85 @@ class ProbeResult:
     seconds: float
     # False when the server gave no answer at all (down, or still loading after a restart).
     reached: bool = True
+    # A likelihood check's NLL per token (nats); None for a prompt.
+    nll: float | None = None
 
 
-def probe(base_url: str, served_name: str, prompt: str, reference: str | None,
-          max_tokens: int = 32, api_key: str = "", timeout_s: float = 60) -> ProbeResult:
+def tokenize(base_url: str, served_name: str, text: str, api_key: str = "",
+             timeout_s: float = 30) -> list[int] | None:
+    """The served model's tokens of `text` (vLLM's POST /tokenize), None when it cannot tell."""
+    body = {"model": served_name, "prompt": text, "add_special_tokens": False}
+    status, answer = _request(f"{base_url}/tokenize", api_key, body, timeout_s)
+    if status != 200 or isinstance(answer, Malformed) or not isinstance(answer, dict):
+        return None
+    tokens = answer.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        return None
+    return tokens
+
+
+def probe(base_url: str, served_name: str, prompt: ProbePrompt | str, max_tokens: int = 32,
+          api_key: str = "", timeout_s: float = 60) -> ProbeResult:
     """Ask the node's own server one fixed prompt, greedy, and judge the answer."""
+    item = prompt if isinstance(prompt, ProbePrompt) else ProbePrompt(prompt)
     started = time.monotonic()
-    _, reason, text = smoke(base_url, served_name, prompt, max_tokens, api_key, timeout_s)
-    seconds = time.monotonic() - started
+    _, reason, text = smoke(base_url, served_name, item.prompt, max_tokens, api_key, timeout_s)
     if not text and reason.startswith("the smoke completion failed"):
-        return ProbeResult(prompt, "", False, reason.replace("smoke completion", "probe"),
-                           seconds, reached=False)
-    verdict = judge(text, reference)
-    return ProbeResult(prompt, text, verdict.ok, verdict.reason, seconds)
+        return ProbeResult(item.prompt, "", False, reason.replace("smoke completion", "probe"),
+                           time.monotonic() - started, reached=False)
+    tokens = tokenize(base_url, served_name, text, api_key) if text.strip() else None
+    verdict = judge(text, item.expect, tokens)
+    return ProbeResult(item.prompt, text, verdict.ok, verdict.reason,
+                       time.monotonic() - started)
+
+
+def score(base_url: str, served_name: str, text: str, reference: float | None,
+          api_key: str = "", relative: float = likelihood.REL_TOLERANCE,
+          timeout_s: float = 60) -> ProbeResult:
+    """Score one reference text on the node's server and judge its likelihood."""
+    started = time.monotonic()
+    measured = likelihood.score(base_url, served_name, text, api_key, timeout_s)
+    why = likelihood.judge(measured, reference, relative)
+    shown = "" if measured.nll is None else f"{measured.nll:.4f}"
+    return ProbeResult(SCORE_PREFIX + text, shown, why is None,
+                       why or ("within the tolerance of the reference" if reference is not None
+                               else "a language model's likelihood"),
+                       time.monotonic() - started, reached=measured.reached, nll=measured.nll)
+
+
+def as_set(prompts: PromptSet | Sequence[str | ProbePrompt]) -> PromptSet:
+    if isinstance(prompts, PromptSet):
+        return prompts
+    return PromptSet(tuple(p if isinstance(p, ProbePrompt) else ProbePrompt(p) for p in prompts))
+
+
+def ask_all(base_url: str, served_name: str, prompts: PromptSet | Sequence[str],
+            references: dict[str, float], api_key: str = "",
+            relative: float = likelihood.REL_TOLERANCE) -> list[ProbeResult]:
+    """Every prompt, then every reference text: the probe's results, in that order. A
+    tolerance of 0 scores no text (the likelihood check off: an engine that cannot echo
+    logprobs)."""
+    chosen = as_set(prompts)
+    results = [probe(base_url, served_name, p, api_key=api_key) for p in chosen.prompts]
+    results += [score(base_url, served_name, text, references.get(text), api_key, relative)
+                for text in (chosen.score_texts if relative > 0 else ())]
+    return results
+
+
+def likelihoods(results: Sequence[ProbeResult]) -> dict[str, float]:
+    """{reference text: NLL} of the scored results."""
+    return {r.prompt.removeprefix(SCORE_PREFIX): r.nll for r in results
+            if r.prompt.startswith(SCORE_PREFIX) and r.nll is not None}
+
+
+def answers(results: Sequence[ProbeResult]) -> dict[str, str]:
+    """{prompt: answer} of the asked prompts (kept for operators; never compared)."""
+    return {r.prompt: r.answer for r in results if not r.prompt.startswith(SCORE_PREFIX)}
+
+
+def stored_likelihoods(stored: dict[str, Any] | None) -> dict[str, float]:
+    values = (stored or {}).get("likelihood")
+    if not isinstance(values, dict):
+        return {}
+    return {str(k): float(v) for k, v in values.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}

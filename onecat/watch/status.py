@@ -22,8 +22,11 @@ from typing import Any
 from ..fleet.rollout import rows_by_host
 from ..text import one_line
 
-COLUMNS = ("node", "verdict", "watch", "serving", "gateway", "last look", "probe",
-           "ECC c/u", "max °C", "findings")
+# verdict: the watch's whole verdict (state, changes, probe), `stale` when it stopped looking;
+# state: the health judge's verdict on the GPUs' absolute readings alone; reason: why the
+# watch drains or holds the node out; last success: the last look that completed.
+COLUMNS = ("node", "verdict", "watch", "serving", "gateway", "state", "reason", "last success",
+           "probe", "ECC c/u", "max °C", "findings")
 
 
 # The node files come from the nodes: any JSON shape, any characters. A reader of them is a
@@ -99,8 +102,8 @@ def _held(rollout: Any) -> tuple[str, str] | None:
 def _empty(host: str, verdict: str, watch: str, serving: str, gateway: str,
            findings: str = "-") -> dict[str, str]:
     return {"node": host, "verdict": verdict, "watch": watch, "serving": serving,
-            "gateway": gateway, "last look": "-", "probe": "-", "ECC c/u": "-",
-            "max °C": "-", "findings": findings}
+            "gateway": gateway, "state": "-", "reason": "-", "last success": "-", "probe": "-",
+            "ECC c/u": "-", "max °C": "-", "findings": findings}
 
 
 def row(host: str, verdict: Any, node: Any, now: float, rollout: Any = None,
@@ -148,8 +151,11 @@ def row(host: str, verdict: Any, node: Any, now: float, rollout: Any = None,
     if gateway == "in" and mode not in (None, "in"):
         # The deploy keeps it in; the node's watch took it out (the agent answers for both).
         gateway = "draining (watch)" if mode == "draining" else f"out (watch: {mode})"
+    reason = verdict.get("reason") or (
+        f"cannot look: {verdict['cannot_look']}" if verdict.get("cannot_look") else "")
     return {"node": host, "verdict": result, "watch": watch, "serving": serving, "gateway": gateway,
-            "last look": _age(verdict.get("at"), now), "probe": probe,
+            "state": _text(verdict.get("state_verdict")), "reason": one_line(reason) or "-",
+            "last success": _age(verdict.get("last_success"), now), "probe": probe,
             "ECC c/u": _ecc(verdict.get("ecc_since_driver_load")),
             "max °C": _text(verdict.get("temperature_max_c")),
             "findings": "; ".join(str(f.get("message")) for f in findings) or "-"}

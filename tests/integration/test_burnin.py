@@ -16,7 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 import nvml_double_harness as double
 from standin_harness import standin
 
-PROMPTS = "The capital of France is\nCount from one to ten: one, two, three,\n"
+from onecat.watch.prompts import SCORE_TEXTS
+
+PROMPTS = "The capital of France is => Paris\nCount from one to ten: one, two, three,\n"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,11 @@ def test_a_healthy_node_is_admitted_and_its_answers_become_references(
     assert doc is not None and doc["verdict"] == "healthy" and doc["admitted"]
     assert doc["load"]["completed"] > 10 and doc["load"]["failed"] == 0
     assert len(doc["series"]) >= 3 and doc["series"][0]["gpus"][1]["ecc_uncorrected"] == 0
-    assert doc["answers"]["under_load"] and all(a["same"] for a in doc["answers"]["under_load"])
+    # Judged on their own (known answer, degeneracy, likelihood against the idle one), never
+    # against the idle answers: the stand-in, like a V100, is not batch-invariant.
+    assert doc["answers"]["under_load"] and all(a["ok"] for a in doc["answers"]["under_load"])
+    # What the role records as the fleet's references when this node is the canary.
+    assert doc["references"]["likelihood"].keys() == set(SCORE_TEXTS)
     assert "burn-in healthy (admitted)" in out
 
 
@@ -60,11 +66,13 @@ def test_ecc_rising_under_load_refuses_the_node(libdir: Path, tmp_path: Path) ->
     assert rc == 1, out
     assert doc is not None and doc["verdict"] == "unhealthy" and not doc["admitted"]
     codes = sorted({f["code"] for f in doc["findings"]})
-    assert codes == ["ecc_corrected", "ecc_uncorrected", "retirement_pending"], doc["findings"]
+    # The watch's rules: the state (the health judge's, one finding per condition) and changes.
+    assert codes == ["ecc_corrected", "ecc_volatile_uncorrected", "retired_pages_pending"], \
+        doc["findings"]
     # The evidence: the time series shows when the counter rose.
     rose = [row["t"] for row in doc["series"] if row["gpus"][1]["ecc_uncorrected"]]
     assert rose and 5 <= rose[0] <= 8, doc["series"]
-    assert "new uncorrectable ECC error" in out
+    assert "has 1 uncorrectable ECC error since the driver loaded" in out
 
 
 def test_answers_that_go_bad_under_load_refuse_the_node(libdir: Path, tmp_path: Path) -> None:
@@ -73,18 +81,29 @@ def test_answers_that_go_bad_under_load_refuse_the_node(libdir: Path, tmp_path: 
         rc, out, doc = _burnin(libdir, "healthy_pcie_pair", tmp_path, server.url, 3)
     assert rc == 1, out
     assert doc is not None and [f["code"] for f in doc["findings"]] == ["answers"]
-    assert "answers under load failed" in doc["findings"][0]["message"]
-    assert not all(a["same"] for a in doc["answers"]["under_load"])
+    assert "answers and likelihoods under load failed" in doc["findings"][0]["message"]
+    assert not all(a["ok"] for a in doc["answers"]["under_load"])
 
 
-def test_idle_answers_must_match_the_canary(libdir: Path, tmp_path: Path) -> None:
+def test_idle_likelihoods_must_match_the_canary(libdir: Path, tmp_path: Path) -> None:
+    """The canary's likelihoods (recorded by the role from the first admitted node): one 30 %
+    away from this node's is outside the tolerance."""
+    with standin(tmp_path / "canary") as server:
+        rc, out, doc = _burnin(libdir, "healthy_pcie_pair", tmp_path, server.url, 1)
+    assert rc == 0 and doc is not None, out
+    canary = doc["references"]["likelihood"]
     refs = tmp_path / "canary.json"
-    refs.write_text(json.dumps({"The capital of France is": " something else entirely here"}))
+    refs.write_text(json.dumps({"likelihood": canary}))
     with standin(tmp_path / "engine") as server:
+        rc, out, doc = _burnin(libdir, "healthy_pcie_pair", tmp_path, server.url, 1,
+                               "--references", str(refs))
+    assert rc == 0, out  # the same bits: within the tolerance
+    refs.write_text(json.dumps({"likelihood": {k: v * 1.3 for k, v in canary.items()}}))
+    with standin(tmp_path / "engine2") as server:
         rc, out, doc = _burnin(libdir, "healthy_pcie_pair", tmp_path, server.url, 2,
                                "--references", str(refs))
     assert rc == 1, out
-    assert doc is not None and "fails against the canary's answer" in doc["findings"][0]["message"]
+    assert doc is not None and "likelihood moved" in doc["findings"][0]["message"]
 
 
 def test_a_server_that_does_not_answer_cannot_be_admitted(libdir: Path, tmp_path: Path) -> None:

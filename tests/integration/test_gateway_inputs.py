@@ -171,6 +171,8 @@ def run_node(tmp_path: Path, extra: dict) -> subprocess.CompletedProcess:
     ("gateway_node_address", "10.0.0.12" + EVIL_SERVER),
     ("gateway_node_address", "fe80::1%x" + EVIL_SERVER),
     ("gateway_agent_port", 70000),
+    ("gateway_node_admitted_file", "/run/x'; touch /tmp/pwned; '"),
+    ("gateway_node_admitted_file", "run/onecat-gateway/admitted"),
 ])
 def test_the_node_side_refuses_a_hostile_value(tmp_path, variable, value):
     proc = run_node(tmp_path, {"gateway_node_address": "10.0.0.11", variable: value})
@@ -181,7 +183,8 @@ def test_the_node_side_refuses_a_hostile_value(tmp_path, variable, value):
     assert said(proc, f"{variable} {shown(value)} is refused"), output
 
 
-def render_agent_unit(tmp_path: Path, state_dir: str) -> str:
+def render_agent_unit(tmp_path: Path, state_dir: str,
+                      admitted: str = "/run/onecat-gateway/admitted") -> str:
     """The agent's unit as the role's template task renders it (Ansible's own filters)."""
     unit = tmp_path / "onecat-gateway-agent@.service"
     playbook = tmp_path / "agent.yml"
@@ -192,26 +195,33 @@ def render_agent_unit(tmp_path: Path, state_dir: str) -> str:
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
          str(playbook), "-e", f"ansible_python_interpreter={sys.executable}",
-         "-e", json.dumps({"gateway_node_state_dir": state_dir})],
+         "-e", json.dumps({"gateway_node_state_dir": state_dir,
+                           "gateway_node_admitted_file": admitted})],
         capture_output=True, text=True, cwd=REPO, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return unit.read_text()
 
 
 def exec_start(unit_text: str) -> list[str]:
-    """ExecStart's words the way systemd splits them ($$ is a literal $)."""
+    """ExecStart's words the way systemd splits them ($$ is a literal $, %% a literal %)."""
     line = next(x for x in unit_text.splitlines() if x.startswith("ExecStart="))
-    return [word.replace("$$", "$") for word in shlex.split(line[len("ExecStart="):])]
+    return [word.replace("$$", "$").replace("%%", "%")
+            for word in shlex.split(line[len("ExecStart="):])]
 
 
 @pytest.mark.parametrize("name", ["onecat-gateway", "x'; touch PWNED; '", "x$(touch PWNED)"])
 def test_the_agent_reads_its_folder_as_an_argument_never_as_script(tmp_path, name):
-    """Even a folder that skipped validate.yml is one argument of the script, not its text."""
+    """Even a folder (or a marker) that skipped validate.yml is one argument of the script, not
+    its text."""
     folder = tmp_path / name
     folder.mkdir()
+    admitted = folder / f"{name}-admitted"
     (folder / "agent-state").write_text("maint down #gate failed\n")
-    argv = exec_start(render_agent_unit(tmp_path, str(folder)))
-    assert argv[:2] == ["/bin/sh", "-c"] and argv[-1] == str(folder), argv
+    argv = exec_start(render_agent_unit(tmp_path, str(folder), str(admitted)))
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[-2:] == [str(folder), str(admitted)], argv
+    answer = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert answer.stdout.startswith("maint down #booted since it was admitted"), answer
+    admitted.write_text("admitted\n")
     answer = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=tmp_path)
     assert answer.stdout == "maint down #gate failed\n", answer
     assert not (tmp_path / "PWNED").exists()
@@ -270,3 +280,27 @@ def test_the_gateway_config_module_refuses_a_maxconn_factor_that_is_no_number(fa
     assert result.get("failed") is True, result
     assert result["msg"].startswith("gw: maxconn_factor "), result
     assert "Traceback" not in json.dumps(result)
+
+
+@pytest.mark.parametrize(("address", "listen"), [
+    ("10.0.0.11", "ListenStream=10.0.0.11:8003"),
+    ("fd00::11", "ListenStream=[fd00::11]:8003"),
+    ("gpu-node-01.example", "ListenStream=8003"),
+])
+def test_the_agent_listens_only_on_the_address_the_gateway_uses(tmp_path, address, listen):
+    """Hold reasons are not served on the node's other networks; a host name binds everywhere."""
+    unit = tmp_path / "onecat-gateway-agent.socket"
+    playbook = tmp_path / "socket.yml"
+    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [
+        {"ansible.builtin.template": {
+            "src": str(REPO / "roles/gateway/templates/onecat-gateway-agent.socket.j2"),
+            "dest": str(unit)}}]}]))
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         str(playbook), "-e", f"ansible_python_interpreter={sys.executable}",
+         "-e", json.dumps({"gateway_node_address": address, "gateway_agent_port": 8003})],
+        capture_output=True, text=True, cwd=REPO, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = unit.read_text().splitlines()
+    assert [x for x in lines if x.startswith("ListenStream=")] == [listen]
+    assert ("FreeBind=yes" in lines) == (listen != "ListenStream=8003")

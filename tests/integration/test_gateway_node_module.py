@@ -1,13 +1,16 @@
 """library/gateway_node.py through Ansible (`ansible localhost -c local -m gateway_node`).
 
 Writes node.json and the agent's answer, changes nothing the second time, writes nothing in
-check mode, holds a node out with its reason, and repairs a file edited by hand.
+check mode, holds a node out with its reason, and repairs a file edited by hand. The agent's own
+script (from the role's unit template, run with sh as systemd runs it) answers maint for a node
+that booted since it was admitted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from adhoc_module import run_module
+from gateway_agent import exec_start, render_unit
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the module writes root-owned files")
 
@@ -34,6 +38,7 @@ def test_records_the_node_once_and_holds_it_out_with_its_reason(tmp_path: Path) 
         "port": 8000,
         "agent_port": 8003,
         "unit_file": str(unit),
+        "admitted_file": str(tmp_path / "run" / "admitted"),
     }
 
     dry = run(base, check=True)
@@ -64,6 +69,41 @@ def test_records_the_node_once_and_holds_it_out_with_its_reason(tmp_path: Path) 
     assert (folder / "agent-state").read_text() == "up\n"
     assert oct((folder / "node.json").stat().st_mode & 0o777) == "0o644"
     assert json.loads((folder / "node.json").read_text())["in_rotation"] is True
+
+
+def agent(state_dir: Path, admitted: Path) -> str:
+    """The agent's answer: its unit's ExecStart, run as systemd runs it (tests/gateway_agent.py)."""
+    argv = exec_start(render_unit(state_dir, admitted))
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=10).stdout
+
+
+def test_a_node_that_booted_since_its_admission_is_out_until_admitted_again(tmp_path: Path) -> None:
+    # /run is a tmpfs: a boot, planned or not, removes the marker. The serve stage writes it
+    # again only when the node passes its gate (and burn-in) and goes back in rotation.
+    folder, admitted = tmp_path / "gateway", tmp_path / "run" / "onecat-gateway" / "admitted"
+    base = {"state_dir": str(folder), "address": "10.0.0.5", "port": 8000,
+            "unit_file": str(tmp_path / "none.service"), "admitted_file": str(admitted)}
+    assert agent(folder, admitted).startswith("maint down #booted since it was admitted")
+
+    admitted_run = run(base)
+    assert admitted_run["changed"] is True and admitted.exists()
+    assert oct(admitted.parent.stat().st_mode & 0o777) == "0o755"
+    assert agent(folder, admitted) == "up\n"
+    (folder / "watch-state").write_text("drain\n")
+    assert agent(folder, admitted) == "drain\n"
+    (folder / "watch-state").unlink()
+    assert run(base)["changed"] is False
+
+    # The boot: the marker goes, the deploy's "up" no longer counts.
+    admitted.unlink()
+    assert agent(folder, admitted).startswith("maint down #booted since it was admitted")
+    # Held out (a failed gate after the boot): the marker stays missing, the node stays out.
+    held = run({**base, "in_rotation": False, "reason": "gate failed"})
+    assert held["changed"] is True and not admitted.exists()
+    assert agent(folder, admitted).startswith("maint down #")
+    # In check mode nothing is written, but the change is reported.
+    assert run(base, check=True)["changed"] is True and not admitted.exists()
+    assert run(base)["changed"] is True and agent(folder, admitted) == "up\n"
 
 
 def test_an_empty_address_is_refused_with_the_fix(tmp_path: Path) -> None:

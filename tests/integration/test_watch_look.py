@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nvml_double_harness as double
+from gateway_agent import agent_command
 from gateway_harness import wait_until
 from standin_harness import standin
 
@@ -28,15 +30,16 @@ def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _look(libdir: Path, scenario: str | Path, tmp_path: Path, *extra: str
-          ) -> tuple[int, str, dict | None]:
+def _look(libdir: Path, scenario: str | Path, tmp_path: Path, *extra: str,
+          env: dict[str, str] | None = None) -> tuple[int, str, dict | None]:
     (tmp_path / "textfile").mkdir(exist_ok=True)
     done = subprocess.run(
         [sys.executable, "-m", "onecat.watch", "--once", "--state-dir", str(tmp_path / "state"),
          "--verdict-file", str(tmp_path / "run" / "verdict.json"),
          "--metrics-file", str(tmp_path / "textfile" / "onecat.prom"),
          "--kernel-log", str(double.kernel_log(scenario)), *extra],
-        env=double.double_env(libdir, scenario), capture_output=True, text=True, check=False,
+        env={**double.double_env(libdir, scenario), **(env or {})}, capture_output=True,
+        text=True, check=False,
         cwd=double.REPO, timeout=120)
     verdict_file = tmp_path / "run" / "verdict.json"
     verdict = json.loads(verdict_file.read_text()) if verdict_file.exists() else None
@@ -53,20 +56,24 @@ def test_looks_in_sequence(libdir: Path, tmp_path: Path) -> None:
     rc, out, verdict = _look(libdir, "ecc_uncorrected_since_boot", tmp_path)
     assert rc == 1, out
     assert verdict is not None and verdict["verdict"] == "unhealthy"
+    assert verdict["state_verdict"] == "unhealthy"
     assert verdict["ecc_since_driver_load"]["uncorrected"] == 1
     codes = [f["code"] for f in verdict["findings"]]
-    assert codes == ["ecc_uncorrected", "pages_retired_double_bit"]
-    assert "GPU 1 (00000000:5E:00.0): 1 new uncorrectable ECC error(s)" in out
+    assert codes == ["ecc_volatile_uncorrected", "pages_retired_double_bit"]
+    assert "GPU 1 (00000000:5E:00.0, serial 0323117011202) has 1 uncorrectable ECC error " \
+        "since the driver loaded (3 in its lifetime)" in out
     assert "onecat_node_verdict 2" in (tmp_path / "textfile" / "onecat.prom").read_text()
 
-    # The same counters again: nothing new arrived, the node is healthy to the watch.
+    # The same counters again: nothing new arrived, but the condition lasts until the driver
+    # reloads (the health stage's own rule, on every look).
     rc, out, verdict = _look(libdir, "ecc_uncorrected_since_boot", tmp_path)
-    assert rc == 0, out
-    assert verdict is not None and verdict["findings"] == []
+    assert rc == 1, out
+    assert verdict is not None
+    assert [f["code"] for f in verdict["findings"]] == ["ecc_volatile_uncorrected"]
 
     rc, out, verdict = _look(libdir, "one_gpu_visible", tmp_path)
     assert rc == 1, out
-    assert verdict is not None and "gpu_lost" in [f["code"] for f in verdict["findings"]]
+    assert verdict is not None and "gpu_count" in [f["code"] for f in verdict["findings"]]
 
 
 def test_a_look_that_cannot_complete_fails_closed_and_the_node_comes_back(
@@ -110,7 +117,8 @@ def test_a_lost_gpu_still_counted_keeps_the_node_out_on_every_look(
         assert rc == 1, out
         assert verdict is not None and verdict["verdict"] == "unhealthy"
         lost = [f for f in verdict["findings"] if f["code"] == "gpu_lost"]
-        assert len(lost) == 1 and "is lost: the driver counts it" in lost[0]["message"], verdict
+        assert len(lost) == 1, verdict
+        assert "is lost: the driver still counts it" in lost[0]["message"], verdict
 
 
 def test_a_pending_retirement_is_reported_while_it_lasts(libdir: Path, tmp_path: Path) -> None:
@@ -119,13 +127,15 @@ def test_a_pending_retirement_is_reported_while_it_lasts(libdir: Path, tmp_path:
         rc, out, verdict = _look(libdir, "retired_page_pending", tmp_path)
         assert rc == 1, out
         assert verdict is not None
-        assert [f["code"] for f in verdict["findings"]] == ["retirement_pending"], verdict
+        assert [f["code"] for f in verdict["findings"]] == ["retired_pages_pending"], verdict
 
 
 def test_the_quality_probe_catches_a_card_that_starts_answering_garbage(
         libdir: Path, tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.txt"
-    prompts.write_text("# fixed prompts, greedy\nThe capital of France is\nTwo plus two is\n")
+    # The extended syntax (a known answer) and a plain prompt, in one file.
+    prompts.write_text("# fixed prompts, greedy\nThe capital of France is => Paris\n"
+                       "Two plus two is\n")
     bad = tmp_path / "bad"
     env = {"STANDIN_BAD_FILE": str(bad), "STANDIN_BAD_MODE": "wrong"}
     with standin(tmp_path / "engine", env=env) as server:
@@ -134,19 +144,24 @@ def test_the_quality_probe_catches_a_card_that_starts_answering_garbage(
         rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *probe,
                                  "--record-references")
         assert rc == 0, out
-        references = json.loads((tmp_path / "refs.json").read_text())["answers"]
-        assert sorted(references) == ["The capital of France is", "Two plus two is"]
+        references = json.loads((tmp_path / "refs.json").read_text())
+        assert sorted(references["answers"]) == ["The capital of France is", "Two plus two is"]
+        assert len(references["likelihood"]) == 2  # the built-in reference texts
 
         rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *probe)
         assert rc == 0, out
-        assert verdict is not None and [p["ok"] for p in verdict["probe"]] == [True, True]
+        assert verdict is not None and [p["ok"] for p in verdict["probe"]] == [True] * 4
 
         bad.touch()  # the card starts answering differently
         rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *probe)
     assert rc == 1, out
     assert verdict is not None and verdict["verdict"] == "unhealthy"
-    assert [f["code"] for f in verdict["findings"]] == ["quality", "quality"]
-    assert "differs from the reference answer" in verdict["findings"][0]["message"]
+    # The known answer is missing, both likelihoods fell; the plain prompt's answer still
+    # reads as text (its words are never compared with the recorded ones).
+    assert [f["code"] for f in verdict["findings"]] == ["quality"] * 3
+    messages = [f["message"] for f in verdict["findings"]]
+    assert "does not contain 'Paris'" in messages[0]
+    assert all("the model finds plain text unlikely" in m for m in messages[1:])
     prom = (tmp_path / "textfile" / "onecat.prom").read_text()
     assert "onecat_quality_probe_ok 0" in prom
 
@@ -161,23 +176,23 @@ def test_acting_drains_then_holds_a_node_whose_engine_cannot_restart(
     assert _look(libdir, "healthy_pcie_pair", tmp_path, *acting)[0] == 0
     assert agent.read_text() == "up\n"
 
-    # One new uncorrectable error and nothing else: a fault an engine restart may clear.
-    ecc = tmp_path / "ecc.scenario"
-    ecc.write_text(f"include = {double.scenario_path('healthy_pcie_pair')}\n"
-                   "gpu.1.ecc.volatile.uncorrected = 1\ngpu.1.ecc.aggregate.uncorrected = 1\n")
-    rc, out, verdict = _look(libdir, ecc, tmp_path, *acting)
+    # A new fatal Xid (48) and nothing else: an event an engine restart may clear.
+    xid48 = ["--kernel-log", str(double.SCENARIOS / "kernel-xid48-xid13.log")]
+    ecc = "healthy_pcie_pair"
+    rc, out, verdict = _look(libdir, ecc, tmp_path, *acting, *xid48)
     assert rc == 1 and verdict is not None and verdict["mode"] == "draining", out
-    assert agent.read_text().startswith("drain #onecat-watch: GPU 1")
-    assert "watch: in -> draining: GPU 1" in out
+    assert agent.read_text().startswith("drain #onecat-watch: the kernel logged Xid 48")
+    assert "watch: in -> draining: the kernel logged Xid 48" in out
 
     # The next look asks for the restart; systemctl cannot restart a unit that does not exist.
-    rc, out, verdict = _look(libdir, ecc, tmp_path, *acting)
+    rc, out, verdict = _look(libdir, ecc, tmp_path, *acting, *xid48)
     assert verdict is not None and verdict["mode"] == "held", out
+    assert verdict["reason"].startswith("the engine restart failed")
     assert agent.read_text().startswith("maint down #onecat-watch held: the engine restart failed")
-    assert "onecat_node_in_rotation{mode=\"held\"} 0" in (
-        tmp_path / "textfile" / "onecat.prom").read_text()
+    metrics = (tmp_path / "textfile" / "onecat.prom").read_text()
+    assert "onecat_node_in_rotation 0" in metrics and "onecat_watch_mode 3" in metrics
 
-    rc, out, _ = _look(libdir, ecc, tmp_path, *acting)
+    rc, out, _ = _look(libdir, ecc, tmp_path, *acting, *xid48)
     assert agent.read_text().startswith("maint down #onecat-watch held"), out
 
     release = subprocess.Popen(
@@ -193,7 +208,8 @@ def test_acting_drains_then_holds_a_node_whose_engine_cannot_restart(
 
 def test_the_probe_follows_the_serving_record(libdir: Path, tmp_path: Path) -> None:
     """Without --probe-url the watch probes what serving.json records; references recorded
-    for other bits are replaced at the first look on new bits, then judged against."""
+    for other bits are replaced at the first look on new bits, then judged against (the
+    likelihoods of the reference texts: answers are never compared)."""
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The capital of France is\n")
     record, refs, bad = tmp_path / "serving.json", tmp_path / "refs.json", tmp_path / "bad"
@@ -212,10 +228,157 @@ def test_the_probe_follows_the_serving_record(libdir: Path, tmp_path: Path) -> N
 
         bad.touch()
         rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args)
-        assert rc == 1 and "differs from the reference" in out, out
+        assert rc == 1 and "the model finds plain text unlikely" in out, out
 
-        # New bits passed their gate: their answers become the references.
+        # New bits: their likelihoods become the references only once they pass the checks
+        # (a bad engine's never become anyone's).
         record.write_text(json.dumps({**serving, "image_id": "sha256:2"}))
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args)
+        assert rc == 1 and "the model finds plain text unlikely" in out, out
+        assert json.loads(refs.read_text())["identity"].startswith("sha256:1|")
+        bad.unlink()
         rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args)
         assert rc == 0, out
         assert json.loads(refs.read_text())["identity"].startswith("sha256:2|")
+
+
+# ---- each fault class drains the node within two intervals and stays out while it lasts ----
+
+ACTING = ("--act", "--ready-hold", "0", "--interval", "60s",
+          "--engine-unit", "onecat-no-such-engine.service")
+
+
+def _answers(libdir: Path, tmp_path: Path, looks: list[tuple[str | Path, tuple[str, ...]]],
+             env: dict[str, str] | None = None) -> list[str]:
+    """The agent's answer after each look (acting, as the timer runs it)."""
+    agent = tmp_path / "gateway" / "watch-state"
+    answers = []
+    for scenario, extra in looks:
+        rc, out, _ = _look(libdir, scenario, tmp_path, *ACTING, "--agent-file", str(agent),
+                           *extra, env=env)
+        assert rc in (0, 1), out
+        answers.append(agent.read_text().strip())
+    return answers
+
+
+def _out(answer: str) -> bool:
+    return answer.startswith(("drain", "maint down"))
+
+
+@pytest.mark.parametrize(("fault", "kernel_log"), [
+    ("gpu_lost", "kernel-xid79.log"),              # Xid 79: the GPU fell off the bus, still counted
+    ("retired_page_pending", "kernel-clean.log"),
+    ("ecc_uncorrected_since_boot", "kernel-clean.log"),
+])
+def test_a_fault_class_drains_within_two_looks_and_stays_out_while_it_lasts(
+        libdir: Path, tmp_path: Path, fault: str, kernel_log: str) -> None:
+    log = ("--kernel-log", str(double.SCENARIOS / kernel_log))
+    answers = _answers(libdir, tmp_path, [("healthy_pcie_pair", ())] + [(fault, log)] * 4)
+    assert answers[0] == "up"
+    assert _out(answers[1]) and all(_out(a) for a in answers[1:]), answers
+    assert answers[-1].startswith("maint down #onecat-watch held: a restart cannot clear it")
+
+
+def test_an_uncorrectable_error_already_there_at_the_first_look_drains(
+        libdir: Path, tmp_path: Path) -> None:
+    """The first look never takes a fault as its baseline (seen on the demo fleet before)."""
+    answers = _answers(libdir, tmp_path, [("ecc_uncorrected_since_boot", ())] * 3)
+    assert answers[0].startswith("drain #onecat-watch: GPU 1 (00000000:5E:00.0, serial")
+    assert all(_out(a) for a in answers), answers
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["first_look"] is False and verdict["mode"] == "held"
+
+
+def test_xid_79_alone_in_the_log_drains_on_the_first_look(libdir: Path, tmp_path: Path) -> None:
+    log = ("--kernel-log", str(double.SCENARIOS / "kernel-xid79.log"))
+    answers = _answers(libdir, tmp_path, [("healthy_pcie_pair", log)] * 2)
+    assert answers[0].startswith("drain #onecat-watch: the kernel logged Xid 79"), answers
+
+
+def test_xid_63_alone_and_a_one_sample_thermal_slowdown_do_not_drain(
+        libdir: Path, tmp_path: Path) -> None:
+    """NVIDIA's catalog: 63 (a page-retirement record) is ignored alone. One sample of
+    thermal slowdown on the hardware's timeline (a real card's clock: every look is a new
+    process) warns; the node stays in."""
+    xid63 = tmp_path / "kernel-xid63.log"
+    xid63.write_text("[ 7320.560927] NVRM: Xid (PCI:0000:5e:00): 63, pid='<unknown>', "
+                     "name=<unknown>, Dynamic Page Retirement: New page retired, reboot to "
+                     "activate (0x00000000000123a1).\n")
+    log = ("--kernel-log", str(xid63))
+    now = time.time()
+    looks: list[tuple[str | Path, tuple[str, ...]]] = [("healthy_pcie_pair", ()),
+                                                        ("healthy_pcie_pair", log)]
+    assert _answers(libdir, tmp_path, looks) == ["up", "up"]
+    verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+    assert verdict["verdict"] == "degraded" and verdict["findings"][0]["code"] == "xid"
+    # 25 s into the blip's timeline the card is at 88 C and throttles; 35 s in it has cooled.
+    for elapsed, expected in ((25, "degraded"), (35, "healthy")):
+        env = {"ONECAT_NVML_DOUBLE_START": f"{now - elapsed:.3f}"}
+        assert _answers(libdir, tmp_path, [("thermal_blip", log)], env=env) == ["up"]
+        verdict = json.loads((tmp_path / "run" / "verdict.json").read_text())
+        assert verdict["verdict"] == expected, verdict
+    metrics = (tmp_path / "textfile" / "onecat.prom").read_text()
+    assert 'onecat_gpu_slowdown_looks_total{gpu="1",UUID="GPU-9a8b7c6d-5e4f-4a3b-9c2d-' \
+        '1e0f9a8b7c60",pci_bus_id="00000000:5E:00.0",modelName="Tesla V100-PCIE-16GB",' \
+        'cause="thermal"} 1' in metrics
+
+
+def test_a_power_brake_that_lasts_six_of_ten_minutes_drains(libdir: Path, tmp_path: Path) -> None:
+    """gpud's rule, with the history the watch keeps in its state folder: five earlier minutes
+    braked (as earlier looks recorded them) and this look's sixth fail the node; the cause is
+    named."""
+    rc, out, verdict = _look(libdir, "power_brake", tmp_path)
+    assert rc == 1 and verdict is not None and verdict["verdict"] == "degraded", out
+    assert [f["code"] for f in verdict["findings"]] == ["throttle"]
+    history_file = tmp_path / "state" / "throttle-history.json"
+    history = json.loads(history_file.read_text())
+    (key, by_cause), = history["minutes"].items()
+    minute = by_cause["power_brake"][0]
+    by_cause["power_brake"] = [minute - 5, minute - 4, minute - 3, minute - 2, minute - 1]
+    history_file.write_text(json.dumps(history))
+    rc, out, verdict = _look(libdir, "power_brake", tmp_path)
+    assert rc == 1 and verdict is not None and verdict["verdict"] == "unhealthy", out
+    sustained = [f for f in verdict["findings"] if f["code"] == "throttle_sustained"]
+    assert len(sustained) == 1 and "power brake in 6 of the last 10 minutes" in \
+        sustained[0]["message"] and key.startswith("GPU-")
+
+
+def test_a_fault_that_recurs_after_a_reboot_is_reported(libdir: Path, tmp_path: Path) -> None:
+    """Baselines carry the boot id: the same Xid count in a new boot is a new fault."""
+    boot = tmp_path / "boot_id"
+    log = ("--kernel-log", str(double.SCENARIOS / "kernel-xid48-xid13.log"),
+           "--boot-id-file", str(boot))
+    boot.write_text("3f6b1e2a-0000-4000-8000-000000000001\n")
+    verdicts = []
+    for new_boot in (False, False, True):
+        if new_boot:
+            boot.write_text("3f6b1e2a-0000-4000-8000-000000000002\n")
+        _, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *log)
+        assert verdict is not None, out
+        verdicts.append(verdict)
+    assert [v["verdict"] for v in verdicts] == ["unhealthy", "healthy", "unhealthy"]
+    assert verdicts[2]["boot_id"].endswith("0002")
+    assert any("Xid 48" in f["message"] for f in verdicts[2]["findings"]), verdicts[2]
+
+
+def test_the_agent_drains_a_node_whose_watch_stopped(libdir: Path, tmp_path: Path) -> None:
+    """The gateway agent's own sh command (the unit's ExecStart, no systemd) answers drain once
+    the watch's answer is three intervals old, and the watch's next look lifts it (`ready`)."""
+    folder = tmp_path / "gateway"
+    answers = _answers(libdir, tmp_path, [("healthy_pcie_pair", ())])
+    assert answers == ["up"]
+    expires = folder / "watch-expires"
+    assert abs(int(expires.read_text()) - (time.time() + 180)) < 30
+    agent = agent_command(tmp_path, folder)
+    assert agent() == "up"
+    expires.write_text(f"{int(time.time()) - 1}\n")
+    assert agent() == "drain #onecat-watch: no look for three intervals (the watch stopped)"
+    expires.write_text("garbage\n")
+    assert agent().startswith("drain #")
+    expires.write_text(f"{int(time.time()) - 1}\n")
+    rc, out, _ = _look(libdir, "healthy_pcie_pair", tmp_path, *ACTING, "--agent-file",
+                       str(folder / "watch-state"), "--ready-hold", "0")
+    assert rc == 0 and "the watch looks again after its answer expired" in out, out
+    assert agent() == "up"
+    expires.unlink()  # no watch installed: nothing to expire
+    assert agent() == "up"

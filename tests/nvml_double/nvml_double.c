@@ -14,7 +14,10 @@
  * in pynvml) is emulated at build time by hiding the symbol (see build.py).
  * Timelines: `key@<seconds> = value` takes effect once that many seconds have
  * passed since nvmlInit (an ECC counter rising under load, a throttle reason
- * appearing, a GPU falling off the bus: `device_count@30 = 1`).
+ * appearing, a GPU falling off the bus: `device_count@30 = 1`), or since the Unix
+ * time in ONECAT_NVML_DOUBLE_START when it is set (one hardware clock for every
+ * reading process, as a real card has). A later entry ends an earlier one: a
+ * slowdown from 30 s to 40 s is `reasons@30 = 0x88` then `reasons@40 = 0`.
  * `gpu.<i>.lost = 1` is a GPU the driver lost (Xid 79) but still counts: nvml.h says
  * nvmlDeviceGetHandleByIndex and every per-device call answer NVML_ERROR_GPU_IS_LOST
  * (15) "if the target GPU has fallen off the bus or is otherwise inaccessible", while
@@ -88,9 +91,18 @@ static struct {
     double after; /* seconds since nvmlInit before the entry applies (timelines) */
 } entries[MAX_ENTRIES];
 static struct timespec init_time;
+/* ONECAT_NVML_DOUBLE_START (Unix seconds): the hardware's clock. A real GPU heats, throttles
+ * and fails on the wall clock, whoever reads it: the watch reads it from a new process every
+ * interval, the burn-in every second. With the variable set, timelines count from it (every
+ * process sees one timeline); without it, from nvmlInit in the reading process. */
+static double start_epoch = -1;
 
 static double seconds_since_init(void) {
     struct timespec now;
+    if (start_epoch >= 0) {
+        clock_gettime(CLOCK_REALTIME, &now);
+        return (double)now.tv_sec + now.tv_nsec / 1e9 - start_epoch;
+    }
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (double)(now.tv_sec - init_time.tv_sec) + (now.tv_nsec - init_time.tv_nsec) / 1e9;
 }
@@ -292,6 +304,17 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
         return NVML_ERROR_UNKNOWN;
     }
     clock_gettime(CLOCK_MONOTONIC, &init_time);
+    const char *start = getenv("ONECAT_NVML_DOUBLE_START");
+    start_epoch = -1;
+    if (start && *start) {
+        char *end;
+        double at = strtod(start, &end);
+        if (end == start || *end || at < 0) {
+            fprintf(stderr, "nvml double: ONECAT_NVML_DOUBLE_START=%s is not Unix seconds\n", start);
+            return NVML_ERROR_UNKNOWN;
+        }
+        start_epoch = at;
+    }
     if (load_file(path, 0) != 0) return NVML_ERROR_UNKNOWN;
     unsigned long long init_rc = 0;
     get_ull("init", &init_rc);

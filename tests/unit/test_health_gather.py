@@ -63,6 +63,10 @@ EXPECTED = {
         (W, "xid", 0), (E, "xid", 1), (W, "xid", 1),
     ]),
     "thermal_slowdown": ("degraded", [(W, "temperature", 1), (W, "throttle", 1)]),
+    # One sample of the power brake warns: only the watch, with a history, fails it sustained.
+    "power_brake": ("degraded", [(W, "throttle", 0)]),
+    # Read at once after nvmlInit: the blip comes 20 s into its timeline.
+    "thermal_blip": ("healthy", []),
     # Still counted, but its handle answers GPU_IS_LOST: one reason for it, not a crash.
     "gpu_lost": ("unhealthy", [(E, "gpu_lost", 1), (E, "xid", None)]),
     # Read at once after nvmlInit, as the deploy's health check reads: its errors come later.

@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from onecat.health.judge import Thresholds, fails, judge, label, recommend, summary
+from onecat.health.judge import (
+    SLOWDOWN_TEMPERATURE_C,
+    Thresholds,
+    fails,
+    judge,
+    label,
+    recommend,
+    summary,
+)
 from onecat.health.local import format_report, with_judgement
 
 E, W = "error", "warning"
@@ -290,11 +298,27 @@ def test_display_and_processes_can_be_allowed() -> None:
 
 
 def test_temperature_and_slowdown_warn() -> None:
-    hot = v100(1, temperature_c=85, throttle_reasons=["hw_slowdown", "sw_power_cap"])
+    """One limit for the deploy, the watch and the burn-in: V100's slowdown temperature."""
+    assert Thresholds().max_temperature_c == SLOWDOWN_TEMPERATURE_C == 87
+    hot = v100(1, temperature_c=87, throttle_reasons=["hw_slowdown", "sw_power_cap"])
     result = judge(node(v100(0), hot))
     assert checks(result) == [(W, "temperature", 1), (W, "throttle", 1)]
-    assert "held down (hw_slowdown)" in result["problems"][1]["message"]
-    assert checks(judge(node(v100(0), v100(1, temperature_c=84)))) == []
+    message = result["problems"][1]["message"]
+    assert "held down (hw_slowdown) by hardware slowdown without" in message
+    assert checks(judge(node(v100(0), v100(1, temperature_c=86)))) == []
+
+
+def test_one_slowdown_sample_warns_and_names_heat_or_the_power_brake() -> None:
+    """nvml.h: HW_SLOWDOWN (0x8) comes with HW_THERMAL_SLOWDOWN (0x40) for heat and with
+    HW_POWER_BRAKE_SLOWDOWN (0x80) for the power supply's brake: one warning, its cause named."""
+    thermal = judge(node(v100(0), v100(1, throttle_reasons=["hw_slowdown",
+                                                            "hw_thermal_slowdown"])))
+    brake = judge(node(v100(0, throttle_reasons=["hw_slowdown", "hw_power_brake_slowdown"]),
+                       v100(1)))
+    assert checks(thermal) == [(W, "throttle", 1)] and checks(brake) == [(W, "throttle", 0)]
+    assert "by heat (hardware thermal slowdown)" in thermal["problems"][0]["message"]
+    assert "by the power brake" in brake["problems"][0]["message"]
+    assert "PSU" in brake["problems"][0]["message"]
 
 
 def test_xid_known_bad_codes_are_errors_others_warnings() -> None:
@@ -359,7 +383,7 @@ def test_thresholds_from_module_params() -> None:
               "max_temperature_c": None}
     t = Thresholds.from_mapping(params)
     assert (t.expected_gpus, t.min_compute_capability, t.allowed_processes, t.xid_error_codes,
-            t.max_temperature_c) == (1, "7.5", ("vllm",), (79,), 85)
+            t.max_temperature_c) == (1, "7.5", ("vllm",), (79,), 87)
 
 
 def test_summary_and_report_lines() -> None:

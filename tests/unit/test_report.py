@@ -161,7 +161,7 @@ def _burnin(verdict: str, temps: list[int], uncorrected: list[int]) -> dict:
     return {"verdict": verdict, "admitted": verdict != "unhealthy", "seconds": 600.0,
             "load": {"completed": 900, "failed": 0, "output_tokens_per_s": 512.5},
             "findings": findings, "series": series,
-            "answers": {"idle": {}, "under_load": [{"same": True}, {"same": verdict == "healthy"}]}}
+            "answers": {"idle": {}, "under_load": [{"ok": True}, {"ok": verdict == "healthy"}]}}
 
 
 def test_the_burn_in_section_and_its_plot(run_dir):
@@ -172,9 +172,9 @@ def test_the_burn_in_section_and_its_plot(run_dir):
     (run_dir / "node3" / "burnin.json").write_text("{not json")
     document = make_report(run_dir, run_dir)
     md = (run_dir / "report.md").read_text()
-    assert "| node1 | healthy | yes | 600.0 | 900 (0) | 512.5 | 75 | 202.0 | 0 | 2/2 same | - |" \
+    assert "| node1 | healthy | yes | 600.0 | 900 (0) | 512.5 | 75 | 202.0 | 0 | 2/2 ok | - |" \
         in md
-    assert "| node2 | unhealthy | no | 600.0 | 900 (0) | 512.5 | 84 | 202.0 | 1 | 1/2 same | " \
+    assert "| node2 | unhealthy | no | 600.0 | 900 (0) | 512.5 | 84 | 202.0 | 1 | 1/2 ok | " \
         "GPU 0: 1 new uncorrectable ECC error(s) |" in md
     assert "![GPU temperature during the burn-in](burnin_temperature.png)" in md
     assert (run_dir / "burnin_temperature.png").read_bytes()[:4] == b"\x89PNG"

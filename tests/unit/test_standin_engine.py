@@ -395,9 +395,11 @@ def test_a_card_going_bad_while_a_file_exists_answers_wrong(tmp_path):
         wrong = _call(s, "/v1/completions", request, key=None)[2]["choices"][0]["text"]
         flag.unlink()
         again = _call(s, "/v1/completions", request, key=None)[2]["choices"][0]["text"]
-    assert not judge(wrong, reference).ok
-    assert "differs from the reference" in judge(wrong, reference).reason
-    assert judge(again, reference).ok
+    # Not compared with the healthy answer (that would refuse a non-batch-invariant engine):
+    # the wrong answer lacks what a right one contains (and its likelihood moved:
+    # tests/unit/test_standin_answers.py).
+    assert judge(reference, ("Paris",)).ok and judge(again, ("Paris",)).ok
+    assert "does not contain 'Paris'" in judge(wrong, ("Paris",)).reason
 
 
 def test_a_bad_mode_that_does_not_exist_is_refused():

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from onecat.health.judge import ERROR, WARNING
 from onecat.watch import act
-from onecat.watch.deltas import DEGRADED, UNHEALTHY, Finding
+from onecat.watch.deltas import Finding
 
-ECC = Finding(UNHEALTHY, "ecc_uncorrected", "GPU 1", "GPU 1: 1 new uncorrectable ECC error")
-LOST = Finding(UNHEALTHY, "gpu_lost", "GPU 1", "GPU 1 fell off the bus")
-GARBAGE = Finding(UNHEALTHY, "quality", None, "the quality probe 'x' failed: collapsed")
-DOWN = Finding(DEGRADED, "probe_unreachable", None, "the quality probe 'x' failed: HTTP 503")
-HOT = Finding(DEGRADED, "temperature", "GPU 0", "GPU 0 at 88 C")
+# A fatal Xid: an event an engine restart can clear (the driver reset the channel).
+XID = Finding(ERROR, "xid", "00000000:3C:00.0", "the kernel logged Xid 48 (double-bit ECC error) "
+              "1 more time(s) on the GPU at 00000000:3C:00.0 since the last look")
+# Uncorrectable errors since the driver loaded: a condition, on every look until a reset.
+ECC = Finding(ERROR, "ecc_volatile_uncorrected", "GPU 1", "GPU 1 has 1 uncorrectable ECC error "
+              "since the driver loaded")
+LOST = Finding(ERROR, "gpu_lost", "GPU 1", "GPU 1 fell off the bus")
+GARBAGE = Finding(ERROR, "quality", None, "the quality probe 'x' failed: collapsed")
+DOWN = Finding(WARNING, "probe_unreachable", None, "the quality probe 'x' failed: HTTP 503")
+HOT = Finding(WARNING, "temperature", "GPU 0", "GPU 0 at 88 C")
 POLICY = act.Policy(restart=True, flap_window_s=3600, restart_grace_s=300)
 
 
@@ -29,9 +35,9 @@ def test_clean_looks_keep_the_node_in() -> None:
     assert not any(a.restart_engine or a.transitions for a in actions)
 
 
-def test_ecc_drains_then_restarts_once_then_readmits() -> None:
-    drain, restart, back, after = _run([(0, [ECC]), (60, []), (120, []), (180, [])])
-    assert drain.answer.startswith("drain #onecat-watch: GPU 1: 1 new uncorrectable")
+def test_a_fatal_xid_drains_then_restarts_once_then_readmits() -> None:
+    drain, restart, back, after = _run([(0, [XID]), (60, []), (120, []), (180, [])])
+    assert drain.answer.startswith("drain #onecat-watch: the kernel logged Xid 48")
     assert not drain.restart_engine
     assert restart.restart_engine and restart.answer.startswith("maint down #")
     assert back.answer == "ready up" and back.state["mode"] == act.IN
@@ -40,7 +46,7 @@ def test_ecc_drains_then_restarts_once_then_readmits() -> None:
 
 
 def test_a_second_fault_within_the_flap_window_holds_the_node_out() -> None:
-    actions = _run([(0, [ECC]), (60, []), (120, []), (600, [GARBAGE]), (660, []), (720, [])])
+    actions = _run([(0, [XID]), (60, []), (120, []), (600, [GARBAGE]), (660, []), (720, [])])
     assert [a.state["mode"] for a in actions] == [
         act.DRAINING, act.RESTARTED, act.IN, act.DRAINING, act.HELD, act.HELD]
     assert [a.restart_engine for a in actions].count(True) == 1
@@ -50,7 +56,7 @@ def test_a_second_fault_within_the_flap_window_holds_the_node_out() -> None:
 
 
 def test_a_fault_after_the_flap_window_gets_another_restart() -> None:
-    actions = _run([(0, [ECC]), (60, []), (120, []), (5000, [ECC]), (5060, []), (5120, [])])
+    actions = _run([(0, [XID]), (60, []), (120, []), (5000, [XID]), (5060, []), (5120, [])])
     assert [a.restart_engine for a in actions] == [False, True, False, False, True, False]
     assert actions[-1].answer == "ready up"
 
@@ -62,8 +68,21 @@ def test_a_fault_a_restart_cannot_clear_holds_without_restarting() -> None:
     assert "a restart cannot clear it" in actions[1].transitions[0]
 
 
+def test_a_condition_that_lasts_keeps_the_node_out_until_it_ends_and_is_released() -> None:
+    """Uncorrectable errors since the driver loaded (or a pending page, a lost GPU): drained
+    within two looks, held without a restart (the GPU's state outlives the engine), and a
+    release while it lasts only drains it again on the next look."""
+    actions = _run([(0, [ECC]), (60, [ECC]), (120, [ECC])])
+    assert [a.state["mode"] for a in actions] == [act.DRAINING, act.HELD, act.HELD]
+    assert not any(a.restart_engine for a in actions)
+    assert actions[1].answer.startswith("maint down #onecat-watch held: a restart cannot clear")
+    released = act.release(actions[-1].state, 150)
+    again = act.step(released.state, [ECC], 180, POLICY)
+    assert again.state["mode"] == act.DRAINING and again.answer.startswith("drain #")
+
+
 def test_no_engine_unit_means_hold_instead_of_restart() -> None:
-    actions = _run([(0, [ECC]), (60, [])], policy=act.Policy(restart=False))
+    actions = _run([(0, [XID]), (60, [])], policy=act.Policy(restart=False))
     assert actions[1].state["mode"] == act.HELD and not actions[1].restart_engine
 
 
@@ -102,7 +121,7 @@ def test_release_puts_a_held_node_back_with_ready() -> None:
 
 
 def test_the_answer_is_one_printable_line() -> None:
-    nasty = Finding(UNHEALTHY, "xid", "x", "Xid 79\non GPU 1\x00 " + "z" * 400)
+    nasty = Finding(ERROR, "xid", "x", "Xid 79\non GPU 1\x00 " + "z" * 400)
     answer = _run([(0, [nasty])])[0].answer
     assert "\n" not in answer and "\x00" not in answer and len(answer) < 230
 
@@ -113,14 +132,14 @@ def test_a_corrupt_state_file_starts_over() -> None:
 
 
 def test_a_failed_restart_holds_the_node_out() -> None:
-    asked = _run([(0, [ECC]), (60, [])])[-1]
+    asked = _run([(0, [XID]), (60, [])])[-1]
     held = act.restart_failed(asked, "Unit vllm.service not found.", 61)
     assert held.state["mode"] == act.HELD and not held.restart_engine
     assert held.answer == "maint down #onecat-watch held: the engine restart failed: " \
                           "Unit vllm.service not found."
 
 
-BLIND = Finding(UNHEALTHY, act.CANNOT_LOOK, None, "the watch cannot look: NVML failed")
+BLIND = Finding(ERROR, act.CANNOT_LOOK, None, "the watch cannot look: NVML failed")
 
 
 def test_a_watch_that_cannot_look_drains_and_stays_drained_but_never_holds_for_it() -> None:
@@ -135,9 +154,9 @@ def test_a_watch_that_cannot_look_drains_and_stays_drained_but_never_holds_for_i
 
 
 def test_a_blind_node_that_sees_a_fault_again_is_judged_like_any_fault() -> None:
-    _blind, seen, restarted, back = _run([(0, [BLIND]), (60, [ECC]), (120, []), (180, [])])
+    _blind, seen, restarted, back = _run([(0, [BLIND]), (60, [XID]), (120, []), (180, [])])
     assert seen.state["mode"] == act.DRAINING and seen.state["restartable"]
-    assert seen.transitions == [f"draining -> draining: {ECC.message}"]
+    assert seen.transitions == [f"draining -> draining: {XID.message}"]
     assert restarted.restart_engine and back.state["mode"] == act.IN
     held = _run([(0, [BLIND]), (60, [LOST]), (120, [LOST])])
     assert [a.state["mode"] for a in held] == [act.DRAINING, act.DRAINING, act.HELD]

@@ -11,19 +11,23 @@ NOW = calendar.timegm(time.strptime("2026-12-03T17:00:00Z", "%Y-%m-%dT%H:%M:%SZ"
 
 
 def test_a_healthy_serving_node_in_rotation() -> None:
-    verdict = {"verdict": "healthy", "mode": "in", "at": "2026-12-03T16:59:30Z", "findings": [],
+    verdict = {"verdict": "healthy", "state_verdict": "healthy", "mode": "in", "reason": "",
+               "at": "2026-12-03T16:59:30Z", "last_success": "2026-12-03T16:59:30Z",
+               "findings": [],
                "probe": [{"ok": True, "seconds": 0.25}, {"ok": True, "seconds": 0.5}],
                "ecc_since_driver_load": {"corrected": 12, "uncorrected": 0},
                "temperature_max_c": 71}
     node = {"serving": True, "in_rotation": True}
     assert row("fleet-a", verdict, node, NOW) == {
         "node": "fleet-a", "verdict": "healthy", "watch": "in", "serving": "yes",
-        "gateway": "in", "last look": "30 s ago", "probe": "ok (0.8 s)", "ECC c/u": "12/0",
-        "max °C": "71", "findings": "-"}
+        "gateway": "in", "state": "healthy", "reason": "-", "last success": "30 s ago",
+        "probe": "ok (0.8 s)", "ECC c/u": "12/0", "max °C": "71", "findings": "-"}
 
 
 def test_a_drained_node_shows_why() -> None:
-    verdict = {"verdict": "unhealthy", "mode": "draining", "at": "2026-12-03T16:00:00Z",
+    verdict = {"verdict": "unhealthy", "state_verdict": "unhealthy", "mode": "draining",
+               "reason": "GPU 1 has 1 uncorrectable ECC error since the driver loaded",
+               "at": "2026-12-03T16:00:00Z", "last_success": "2026-12-03T16:00:00Z",
                "findings": [{"message": "GPU 1: 1 new uncorrectable ECC error"}],
                "probe": [{"ok": False, "reason": "collapsed into repetition", "seconds": 1}]}
     cells = row("fleet-b", verdict, {"serving": True, "in_rotation": True}, NOW)
@@ -31,7 +35,8 @@ def test_a_drained_node_shows_why() -> None:
     assert cells["gateway"] == "draining (watch)"
     held = row("fleet-b", {**verdict, "mode": "held"}, {"serving": True, "in_rotation": True}, NOW)
     assert held["gateway"] == "out (watch: held)"
-    assert cells["last look"] == "60 min ago"
+    assert cells["last success"] == "60 min ago" and cells["state"] == "unhealthy"
+    assert cells["reason"] == "GPU 1 has 1 uncorrectable ECC error since the driver loaded"
     assert cells["probe"] == "FAILED collapsed into repetition (1.0 s)"
     assert cells["findings"] == "GPU 1: 1 new uncorrectable ECC error"
 
@@ -68,6 +73,8 @@ HOSTILE_NODE_FILES = [
     {**GOOD, "at": "9999999-01-01T00:00:00Z"},
     {**GOOD, "ecc_since_driver_load": [1, 2]},
     {**GOOD, "mode": ["in"], "temperature_max_c": {"a": 1}},
+    {**GOOD, "reason": ["held"], "state_verdict": {"a": 1}, "last_success": 5},
+    {**GOOD, "reason": None, "cannot_look": ["x"], "last_success": "yesterday"},
 ]
 
 
@@ -189,3 +196,19 @@ def test_the_timer_interval_is_read_as_systemd_reads_it() -> None:
     for bad in ("", "0s", "5 parsecs", "1h; rm -rf /", "-5s"):
         with pytest.raises(ValueError):
             timespan_seconds(bad)
+
+
+def test_a_watch_that_cannot_look_or_stopped_says_so_with_its_last_success() -> None:
+    blind = {"verdict": "unhealthy", "state_verdict": None, "mode": "draining", "reason":
+             "the watch cannot look: NVML failed", "cannot_look": "NVML failed",
+             "at": "2026-12-03T16:59:50Z", "last_success": "2026-12-03T16:40:00Z",
+             "stale_after": "2026-12-03T17:02:50Z", "findings": []}
+    cells = row("fleet-a", blind, {"serving": True, "in_rotation": True}, NOW)
+    assert cells["verdict"] == "unhealthy" and cells["state"] == "-"
+    assert cells["last success"] == "20 min ago"
+    assert cells["reason"] == "the watch cannot look: NVML failed"
+    stopped = {**GOOD, "state_verdict": "healthy", "last_success": "2026-12-03T16:50:00Z",
+               "stale_after": "2026-12-03T16:53:00Z"}
+    cells = row("fleet-a", stopped, {"serving": True, "in_rotation": True}, NOW)
+    assert cells["verdict"] == "stale" and cells["last success"] == "10 min ago"
+    assert cells["state"] == "healthy"  # what it last saw, shown as such

@@ -1,5 +1,5 @@
 """The watch after converge: its timer runs, its first look judged the node and recorded the
-probe's reference answers for what serves."""
+probe's references (likelihoods of fixed texts) for what serves."""
 
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ def test_the_watch_looked_and_recorded_references(host):
     serving = json.loads(host.file("/var/lib/onecat/serve/serving.json").content_string)
     refs = json.loads(host.file("/var/lib/onecat/watch/references.json").content_string)
     assert refs["identity"].startswith(serving["image_id"] + "|")
+    # Keyed by the engine's arguments too (the serve stage records their digest).
+    assert refs["identity"].endswith("|" + serving["engine_args_sha256"])
+    # The answers are kept for the record, never compared (not batch-invariant); the
+    # likelihoods of the reference texts are what later looks must keep.
     assert len(refs["answers"]) == 3 and all(refs["answers"].values())
+    assert refs["likelihood"] and all(0 < v < 10 for v in refs["likelihood"].values())
+    assert len(verdict["probe"]) == 3 + len(refs["likelihood"])
     assert host.file("/var/lib/onecat-gateway/watch-state").content_string == "up\n"
     status = host.run("onecat-watch; echo rc=$?")
     assert "rc=0" in status.stdout and ": healthy" in status.stdout, status.stdout

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -268,6 +269,80 @@ def test_good_upgrade_drains_each_node_and_no_stream_fails(run_playbook):
     (Path(results) / "gateway-load.json").write_text(json.dumps(summary, indent=2))
 
 
+# The hold the driver and runtime stages take before a reboot or a Docker restart
+# (roles/gateway/tasks/hold.yml), and what the node's agent answers once it booted.
+HOLD_TASK = "TASK [gateway : Hold the node in maint at every gateway until it is readmitted.]"
+BOOTED = "booted since it was admitted"
+
+
+def wait_running(name: str, timeout: float = 180) -> None:
+    """Until the node's systemd has booted (running, or degraded by a unit the test ignores)."""
+    wait_for(lambda: node(name).run("systemctl is-system-running").stdout.strip()
+             in {"running", "degraded"}, timeout)
+
+
+def test_a_node_that_reboots_stays_out_until_its_gate_and_burn_in(run_playbook):
+    """An unplanned reboot (a real restart of fleet-a's container: /run is a tmpfs): the enabled
+    unit brings the server back and HAProxy's health check finds it, but the agent answers maint
+    until a rollout gates and burns the node in; that rollout readmits it under load."""
+    subprocess.run(["docker", "restart", "fleet-a"], check=True, timeout=240,
+                   capture_output=True)
+    wait_running("fleet-a")
+    assert wait_for(lambda: node("fleet-a").run(
+        f"curl -fsS -m 2 {KEY_HEADER} http://127.0.0.1:8000/health").rc == 0, timeout=300)
+    servers = wait_for_servers(lambda rows: BOOTED in rows["fleet-a"]["last_agt"], timeout=30)
+    assert servers["fleet-a"]["status"].startswith("MAINT"), servers["fleet-a"]
+    assert BOOTED in servers["fleet-a"]["last_agt"], servers["fleet-a"]
+    assert servers["fleet-b"]["status"].startswith("UP"), servers["fleet-b"]
+
+    results = str(EPHEMERAL / "results" / "after-reboot")
+    run, outcomes, before, during = under_load(
+        run_playbook, "-e", GOOD_ENV, "-e", f"onecat_results_dir={results}")
+    print(f"\nrollout after fleet-a rebooted: {run.seconds:.0f} s")
+    report_load("after an unplanned reboot", outcomes, before, during)
+    assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
+    flat = " ".join(run.output.split())
+    assert "fleet-a: burn-in: it booted since it was admitted" in flat, run.output[-4000:]
+    servers = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"))
+    assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
+    assert node("fleet-a").file("/run/onecat-gateway/admitted").exists
+    assert rollout("after-reboot")["fleet-a"]["in_rotation"]
+    assert not failed(outcomes), failed(outcomes)[:3]
+    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+
+
+def test_a_docker_restart_takes_the_node_out_first_and_no_stream_fails(run_playbook):
+    """The runtime stage restarts Docker on fleet-a (its daemon.json lost live-restore by hand),
+    which restarts the server (vllm.service Requires= docker.service): the node is drained and
+    held at the gateway first, then gated, burned in and readmitted in the same batch."""
+    a = node("fleet-a")
+    started = a.check_output("systemctl show docker -p ExecMainStartTimestampMonotonic")
+    a.check_output("python3 -c \"import json; p='/etc/docker/daemon.json'; "
+                   "d=json.load(open(p)); d.pop('live-restore'); "
+                   "json.dump(d, open(p, 'w'), indent=2)\"")
+    results = str(EPHEMERAL / "results" / "docker-restart")
+    run, outcomes, before, during = under_load(
+        run_playbook, "-e", GOOD_ENV, "-e", "onecat_driver_batch=1",
+        "-e", f"onecat_results_dir={results}")
+    print(f"\nrollout restarting Docker on fleet-a: {run.seconds:.0f} s")
+    report_load("Docker restart", outcomes, before, during)
+    assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
+    flat = " ".join(run.output.split())
+    assert a.check_output("systemctl show docker -p ExecMainStartTimestampMonotonic") != started
+    assert '"live-restore": true' in a.file("/etc/docker/daemon.json").content_string
+    # Held once, on fleet-a only, then burned in because of the restart.
+    assert run.output.count(HOLD_TASK) == 1, run.output[-4000:]
+    assert ("fleet-a: out of rotation at every gateway for: the runtime stage restarts Docker"
+            in flat), run.output[-4000:]
+    assert "fleet-a: burn-in: the runtime stage restarts Docker" in flat, run.output[-4000:]
+    servers = wait_for_servers(lambda rows: all(r["status"].startswith("UP")
+                                                for n, r in rows.items() if n != "fleet-c"))
+    assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
+    assert len(during) >= 20, len(during)
+    assert not failed(outcomes), failed(outcomes)[:3]
+    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+
+
 def test_rerun_with_nothing_changed_changes_nothing(run_playbook):
     results = str(EPHEMERAL / "results" / "rerun")
     run = run_playbook(SITE, "-e", GOOD_ENV, "-e", f"onecat_results_dir={results}")
@@ -282,7 +357,13 @@ def test_rerun_with_nothing_changed_changes_nothing(run_playbook):
 
 
 WATCH = "- ansible.builtin.import_playbook: @PROJECT@/playbooks/watch.yml"
-ECC_LINES = "gpu.1.ecc.volatile.uncorrected = 1\ngpu.1.ecc.aggregate.uncorrected = 1\n"
+# A fatal Xid (48, a double-bit error the driver contained) in fleet-a's kernel log: an event
+# an engine restart may clear. (Uncorrectable errors since the driver loaded are a condition:
+# the watch holds the node out while they last, no restart; tests/integration/test_watch_look.py.)
+XID_LINE = ("[ 9001.000000] NVRM: Xid (PCI:0000:5e:00): 48, pid='<unknown>', name=<unknown>, "
+            "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+            "at partition 6, subpartition 0.\n")
+KERNEL_LOG_A = "/opt/onecat-test/nvml/scenarios/kernel-clean.log"  # gpu_health_kernel_log_path
 SCENARIO_A = "/opt/onecat-test/nvml/scenarios/healthy_pcie_pair.scenario"
 BAD_FILE = "/tmp/onecat-standin-bad"  # fleet-a's STANDIN_BAD_FILE (host_vars), in the container
 
@@ -306,7 +387,7 @@ def onecat_status() -> str:
 
 
 def test_watch_drains_a_failing_node_restarts_it_once_then_holds_it_out(run_playbook):
-    """The watch on its timer (interval 8 s here): a new uncorrectable ECC error on fleet-a
+    """The watch on its timer (interval 8 s here): a new fatal Xid on fleet-a
     drains it at the gateway, then its engine restarts once and it comes back; garbage
     answers soon after (within the flap window) hold it out until an operator releases it.
     Clients streaming through the gateway see no failed request throughout."""
@@ -317,12 +398,15 @@ def test_watch_drains_a_failing_node_restarts_it_once_then_holds_it_out(run_play
     assert "fleet-a: the watch stage runs: " in " ".join(run.output.split())
     assert "OnUnitActiveSec=8s" in a.check_output("cat /etc/systemd/system/onecat-watch.timer")
     a.check_output(f"cp -p {SCENARIO_A} {SCENARIO_A}.orig")
+    a.check_output(f"cp -p {KERNEL_LOG_A} {KERNEL_LOG_A}.orig")
     try:
         _watch_catches_ecc_then_garbage(a)
     finally:
         # Leave fleet-a as the next test expects it, also when an assertion above failed: the
-        # scenario without the ECC error, an engine without the bad file, the watch's hold lifted.
+        # scenario and kernel log as they were, an engine without the bad file, the watch's
+        # hold lifted.
         a.check_output(f"cp -p {SCENARIO_A}.orig {SCENARIO_A}")
+        a.check_output(f"cp -p {KERNEL_LOG_A}.orig {KERNEL_LOG_A}")
         if a.run(f"docker exec vllm test -e {BAD_FILE}").rc == 0:
             a.run("systemctl restart vllm.service")
         wait_for(lambda: a.run(f"curl -fsS {KEY_HEADER} http://127.0.0.1:8000/health").rc == 0,
@@ -343,18 +427,18 @@ def _watch_catches_ecc_then_garbage(a) -> None:
                       max_requests=20_000, max_seconds=900).start()
     try:
         time.sleep(5)
-        a.run(f"printf '%s' '{ECC_LINES}' >> {SCENARIO_A}")
+        a.run(f"printf '%s' {shlex.quote(XID_LINE)} >> {KERNEL_LOG_A}")
         injected = time.monotonic()
         drained = wait_for(lambda: gateway_servers()["fleet-a"]["status"].startswith(
             ("DRAIN", "MAINT")), timeout=30)
-        print(f"\nwatch: ECC error injected, fleet-a out of rotation after "
+        print(f"\nwatch: Xid 48 injected, fleet-a out of rotation after "
               f"{time.monotonic() - injected:.1f} s (interval 8 s, agent check 2 s)")
         assert drained, gateway_servers()["fleet-a"]
         assert time.monotonic() - injected <= 2 * 8 + 2 + 2
         back = wait_for(lambda: watch_verdict("fleet-a")["mode"] == "in", timeout=120)
         assert back, watch_verdict("fleet-a")
         journal = a.check_output("journalctl -u onecat-watch.service --no-pager -o cat")
-        assert "watch: in -> draining: GPU 1" in journal, journal[-2000:]
+        assert "watch: in -> draining: the kernel logged Xid 48" in journal, journal[-2000:]
         assert "watch: draining -> restarted: engine restarted after" in journal
         assert "watch: restarted -> in: clean after the restart" in journal
         servers = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"))
@@ -386,14 +470,16 @@ def _watch_catches_ecc_then_garbage(a) -> None:
     assert rows["fleet-a"].split()[1:3] == ["unhealthy", "held"], table
     assert "FAILED collapsed into repetition" in rows["fleet-a"], table
     assert rows["fleet-b"].split()[1:3] == ["healthy", "in"], table
-    # fleet-c never served (held at health) but got the watch from the stage run alone: it
-    # shows the uncorrectable error its GPU 1 had since the driver loaded, as history, and
-    # the newest rollout (the rerun's) says why it is out of rotation.
-    assert rows["fleet-c"].split()[1:5] == ["healthy", "in", "-", "out:"], table
+    # fleet-c never served (held at health) but got the watch from the stage run alone: its
+    # GPU 1's uncorrectable error since the driver loaded is a condition the watch judges on
+    # every look (the health stage's own rule), so its watch holds it out too, and the newest
+    # rollout (the rerun's) says why it is out of rotation.
+    assert rows["fleet-c"].split()[1:5] == ["unhealthy", "held", "-", "out:"], table
     assert "out: held at health" in rows["fleet-c"] and " 0/1 " in rows["fleet-c"], table
 
-    # The operator's fix (a fresh engine, the scenario back) and --release: back in rotation.
+    # The operator's fix (a fresh engine, the log back) and --release: back in rotation.
     a.check_output(f"cp -p {SCENARIO_A}.orig {SCENARIO_A}")
+    a.check_output(f"cp -p {KERNEL_LOG_A}.orig {KERNEL_LOG_A}")
     a.run("systemctl restart vllm.service")
     assert wait_for(lambda: a.run(f"curl -fsS {KEY_HEADER} http://127.0.0.1:8000/health")
                     .rc == 0, timeout=60)
@@ -425,7 +511,8 @@ def test_burn_in_refuses_a_node_whose_ecc_rises_under_load_until_it_passes_again
     assert "fleet-a: burn-in refused the node (unhealthy" in flat, flat[-3000:]
     evidence = json.loads((results / "fleet-a" / "burnin.json").read_text())
     assert not evidence["admitted"]
-    assert {"ecc_uncorrected", "retirement_pending"} <= {f["code"] for f in evidence["findings"]}
+    assert {"ecc_volatile_uncorrected", "retired_pages_pending"} <= {
+        f["code"] for f in evidence["findings"]}
     assert any(row["gpus"][1]["ecc_uncorrected"] for row in evidence["series"])
     servers = wait_for_servers(lambda rows: "burn-in" in rows["fleet-a"]["last_agt"])
     assert servers["fleet-a"]["status"].startswith("MAINT"), servers["fleet-a"]

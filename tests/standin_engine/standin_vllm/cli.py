@@ -22,6 +22,7 @@ from pathlib import Path
 
 from standin_vllm import settings as settings_mod
 from standin_vllm.engine import Engine
+from standin_vllm.kvcache import PrefixCache
 from standin_vllm.server import App, ServeConfig
 from standin_vllm.server import serve as serve_http
 
@@ -237,22 +238,31 @@ def resolve(args: argparse.Namespace, knobs: settings_mod.Settings) -> dict:
         "max_model_len": max_len,
         "kv_tokens": kv_tokens,
         "max_num_seqs": args.max_num_seqs or 256,
+        # vLLM's default block size is 16; num_gpu_blocks = KV cache tokens // block size.
+        "block_size": args.block_size or 16,
+        # On by default for generative models (1Cat-vLLM vllm/engine/arg_utils.py:2623-2624);
+        # --no-enable-prefix-caching turns it off.
+        "prefix_caching": args.enable_prefix_caching is not False,
         "served_names": args.served_model_name or [model],
         "api_key": args.api_key or os.environ.get("VLLM_API_KEY") or None,
     }
 
 
-async def _stats_logger(engine: Engine, period: float) -> None:
+async def _stats_logger(engine: Engine, period: float, cache: PrefixCache) -> None:
     last_p, last_g, last_t = 0, 0, time.monotonic()
+    last_q, last_h = 0, 0
     while True:
         await asyncio.sleep(period)
         now = time.monotonic()
         p, g = engine.prompt_tokens_total, engine.generation_tokens_total
         span = max(now - last_t, 1e-9)
+        queries, hits = cache.queries - last_q, cache.hits - last_h
+        last_q, last_h = cache.queries, cache.hits
         _log(f"Engine 000: Avg prompt throughput: {(p - last_p) / span:.1f} tokens/s, "
              f"Avg generation throughput: {(g - last_g) / span:.1f} tokens/s, "
              f"Running: {engine.running} reqs, Waiting: {engine.waiting} reqs, "
-             f"GPU KV cache usage: {engine.kv_usage() * 100:.1f}%, Prefix cache hit rate: 0.0%",
+             f"GPU KV cache usage: {engine.kv_usage() * 100:.1f}%, "
+             f"Prefix cache hit rate: {100 * hits / queries if queries else 0.0:.1f}%",
              "loggers.py:123")
         last_p, last_g, last_t = p, g, now
 
@@ -261,10 +271,12 @@ async def _run_server(args: argparse.Namespace, knobs: settings_mod.Settings,
                       resolved: dict) -> None:
     engine = Engine(knobs, resolved["max_num_seqs"], resolved["kv_tokens"])
     vocab = int(resolved["text_config"].get("vocab_size") or 32000)
+    block = resolved["block_size"]
+    cache = PrefixCache(resolved["kv_tokens"] // block, block, resolved["prefix_caching"])
     app = App(ServeConfig(resolved["served_names"], resolved["model"],
                           resolved["max_model_len"], vocab, resolved["api_key"],
                           not args.disable_uvicorn_access_log,
-                          load_middleware(args.middleware)), engine)
+                          load_middleware(args.middleware), cache), engine)
     host = args.host or "0.0.0.0"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -285,7 +297,7 @@ async def _run_server(args: argparse.Namespace, knobs: settings_mod.Settings,
 
     stats = None
     if not args.disable_log_stats:
-        stats = asyncio.ensure_future(_stats_logger(engine, knobs.log_stats_s))
+        stats = asyncio.ensure_future(_stats_logger(engine, knobs.log_stats_s, cache))
     try:
         await serve_http(host, args.port, app, stop, listening)
     finally:

@@ -127,6 +127,7 @@ class Engine:
         stall_after: int | None = None,
         stall_wait: Callable[[], Awaitable[None]] | None = None,
         trace: dict | None = None,
+        cached: Callable[[], int] | None = None,
     ) -> bool:
         """Simulate one request; `emit(index)` sends token `index`. False if it stalled.
 
@@ -135,19 +136,22 @@ class Engine:
         parsing and tokenizing is part of the prefill, not added to it.
         emit may raise OSError when the client went away: the slot is still released.
         `trace` (a dict) receives arrived/first_token/last_token (time.monotonic()).
+        `cached()` is asked once the request is admitted (the prefix cache, kvcache.py): the
+        prompt tokens already in the KV cache, which the prefill skips.
         """
         arrived = time.monotonic() if arrived is None else arrived
         trace = {} if trace is None else trace
         trace["arrived"] = arrived
         waited = await self.admit(prompt_tokens)
+        uncached = prompt_tokens - (cached() if cached else 0)
         held = _blocks(prompt_tokens)
         try:
             start = time.monotonic() if waited else arrived
             if self.settings.prefill_serial:
                 # Prefill is compute-bound: requests that arrive together prefill one after another.
                 start = max(start, self._prefill_free_at)
-                self._prefill_free_at = start + self.prefill_s(prompt_tokens)
-            due = start + self.prefill_s(prompt_tokens)
+                self._prefill_free_at = start + self.prefill_s(uncached)
+            due = start + self.prefill_s(uncached)
             last = first = 0.0
             for i in range(count):
                 if i:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from itertools import islice
 
-from standin_vllm import tokenizer
+from standin_vllm import answers, scoring, tokenizer
 from standin_vllm.engine import Engine
+from standin_vllm.kvcache import PrefixCache, PrefixRequest
 from standin_vllm.settings import hits
 
 
@@ -37,6 +38,7 @@ class ServeConfig:
     api_key: str | None
     access_log: bool
     middleware: list = field(default_factory=list)
+    prefix_cache: PrefixCache | None = None  # --enable-prefix-caching (kvcache.py)
 
 
 @dataclass
@@ -321,7 +323,8 @@ class App:
         max_tokens = body.get(key)
         if max_tokens is None:
             max_tokens = cfg.max_model_len - n_prompt if chat else 16
-        if not isinstance(max_tokens, int) or max_tokens < 1:
+        echo = not chat and bool(body.get("echo"))
+        if not isinstance(max_tokens, int) or max_tokens < (0 if echo else 1):
             raise ApiError(400, f"{key} must be at least 1, got {max_tokens}.")
         if n_prompt + max_tokens > cfg.max_model_len:
             raise ApiError(400, (
@@ -341,7 +344,11 @@ class App:
             if natural < max_tokens:
                 count, finish = natural, "stop"
         bad = settings.bad_mode if self._gone_bad(settings) else ""
-        words = list(islice(tokenizer.generate_words(seed_text, seed, settings.broken, bad), count))
+        # Not batch-invariant (answers.py): what is in flight steers the tokens after the first few.
+        batch = 0 if settings.batch_invariant else engine.running + engine.waiting
+        words = list(islice(answers.generate(seed_text, seed, settings.broken, bad, batch, count),
+                            count))
+        cached = self._prefix_lookup(prompt, special)
         stream = bool(body.get("stream", False))
         include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
         stall_after = None
@@ -349,14 +356,34 @@ class App:
             stall_after = min(settings.stall_after_tokens, count - 1)
         if stream:
             await self._stream(conn, request, model, chat, n_prompt, words, finish,
-                               include_usage, stall_after)
+                               include_usage, stall_after, cached)
             return
         trace: dict = {}
-        await engine.run(n_prompt, count, lambda i: None, request.arrived, trace=trace)
+        await engine.run(n_prompt, count, lambda i: None, request.arrived, trace=trace,
+                         cached=cached)
+        self._prefix_store(cached, words)
         self._trace(request, trace, count)
         engine.finished(finish)
-        self._send_json(conn, request, 200,
-                        self._full_response(model, chat, n_prompt, words, finish))
+        response = self._full_response(model, chat, n_prompt, words, finish)
+        if not chat:  # echo, logprobs, prompt_logprobs (scoring.py), in vLLM's shapes
+            scoring.add(response["choices"][0], body, prompt, special, words,
+                        scoring.Scorer(cfg.vocab_size, batch, settings.logprob_noise, bool(bad)))
+        self._send_json(conn, request, 200, response)
+
+    def _prefix_lookup(self, prompt: str | list[int], special: bool) -> PrefixRequest | None:
+        """What the engine asks once it admits the request: the prompt tokens already cached."""
+        cache = self.config.prefix_cache
+        if cache is None:
+            return None
+        ids = (prompt if isinstance(prompt, list)
+               else tokenizer.tokenize_text(prompt, self.config.vocab_size, special))
+        return PrefixRequest(cache, ids)
+
+    def _prefix_store(self, cached: PrefixRequest | None, words: list[str]) -> None:
+        """The answer's blocks join the prefix cache (the next turn resends the answer)."""
+        if cached is not None:
+            cached.finished(tokenizer.tokenize_text("".join(words), self.config.vocab_size,
+                                                    False))
 
     def _gone_bad(self, settings) -> bool:
         """STANDIN_BAD_AFTER / STANDIN_BAD_FILE: whether this answer comes from a failing card."""
@@ -401,7 +428,7 @@ class App:
 
     async def _stream(self, conn: Connection, request: Request, model: str, chat: bool,
                       prompt: int, words: list[str], finish: str, include_usage: bool,
-                      stall_after: int | None) -> None:
+                      stall_after: int | None, cached: PrefixRequest | None = None) -> None:
         conn.write(self._head(200, {"content-type": "text/event-stream; charset=utf-8",
                                     "transfer-encoding": "chunked"}))
         self._log(conn, request, 200)
@@ -441,11 +468,12 @@ class App:
 
         trace: dict = {}
         done = await self.engine.run(prompt, len(words), emit, request.arrived, stall_after,
-                                     stall, trace)
+                                     stall, trace, cached)
         self._trace(request, trace, len(words) if done else None)
         if not done:
             conn.keep_alive = False  # dropped mid-stream: no last chunk, no [DONE]
             return
+        self._prefix_store(cached, words)
         self.engine.finished(finish)
         tail = b""
         if include_usage:
@@ -477,6 +505,16 @@ class App:
                [(plain, engine.prompt_tokens_total)])
         metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
                [(plain, engine.generation_tokens_total)])
+        cache = self.config.prefix_cache
+        if cache is not None:
+            # vLLM's V1 counters, in tokens (vllm/v1/metrics/loggers.py:543, 554), with the
+            # `_total` that prometheus_client adds to a Counter's name.
+            metric("vllm:prefix_cache_queries_total", "counter",
+                   "Prefix cache queries, in terms of number of queried tokens.",
+                   [(plain, cache.queries)])
+            metric("vllm:prefix_cache_hits_total", "counter",
+                   "Prefix cache hits, in terms of number of cached tokens.",
+                   [(plain, cache.hits)])
         metric("vllm:request_success_total", "counter", "Count of successfully processed requests.",
                [(f'{{{labels},finished_reason="{r}"}}', n)
                 for r, n in sorted(engine.success.items())])

@@ -5,7 +5,8 @@ TPOT(c) = 25 + 3.5 * (c - 1) ms gives ~40 tok/s at c=1 and ~240 tok/s at c=32.
 A test sets the variables it cares about and knows the truth exactly:
 
   TTFT = queue wait + earlier prefills still running (STANDIN_PREFILL_SERIAL=1)
-         + STANDIN_PREFILL_MS + STANDIN_PREFILL_MS_PER_TOKEN * prompt_tokens
+         + STANDIN_PREFILL_MS + STANDIN_PREFILL_MS_PER_TOKEN * uncached prompt tokens
+  (the prompt's leading full blocks already in the prefix cache are not computed again)
   gap between tokens = STANDIN_DECODE_MS + STANDIN_DECODE_MS_PER_SEQ * (running - 1)
 """
 
@@ -15,12 +16,17 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from standin_vllm.answers import BAD_MODES
+
 
 @dataclass(frozen=True)
 class Settings:
     startup_s: float = 1.0  # STANDIN_STARTUP_S: simulated model load before the port opens
     prefill_ms: float = 10.0  # STANDIN_PREFILL_MS: fixed cost of a prefill
-    prefill_ms_per_token: float = 0.5  # STANDIN_PREFILL_MS_PER_TOKEN
+    # STANDIN_PREFILL_MS_PER_TOKEN, per prompt token not already in the prefix cache: 10 + 0.6 x
+    # 512 = 317 ms, the c=1 TTFT measured on 2xV100 TP2 at 512 tokens in (323 ms, field notes),
+    # inside the seed's 0.3-0.5 s for ~500 tokens (section 4.1).
+    prefill_ms_per_token: float = 0.6
     prefill_serial: bool = True  # STANDIN_PREFILL_SERIAL: one prefill at a time, like a GPU
     decode_ms: float = 25.0  # STANDIN_DECODE_MS: token gap with one sequence running
     decode_ms_per_seq: float = 3.5  # STANDIN_DECODE_MS_PER_SEQ: extra gap per other sequence
@@ -36,10 +42,17 @@ class Settings:
     # A card going bad while it serves (the seed's pitfall 5.5): after STANDIN_BAD_AFTER
     # generation requests (0: never), or while the file STANDIN_BAD_FILE exists, answers are
     # STANDIN_BAD_MODE: "repeat" (collapses into one word), "wrong" (other words than the
-    # same prompt gave before), "broken" ("!" forever).
+    # same prompt gave before), "broken" ("!" forever), and the seed's symptoms (answers.py):
+    # "collapse" (" Paris!!!!!!!!"), "cjk_loop" ("...摄氏度度度度"), "cut_loop" ("巴黎巴黎巴"),
+    # "soup" (random tokens of many scripts). Its logprobs fall by orders of magnitude.
     bad_after: int = 0
     bad_file: str = ""
     bad_mode: str = "repeat"
+    # STANDIN_BATCH_INVARIANT=1: greedy tokens do not depend on the batch (vLLM's batch-invariant
+    # mode, compute capability >= 8.0); by default, as on a V100, tokens after the first few
+    # and logprobs (by STANDIN_LOGPROB_NOISE, relative) depend on the requests in flight.
+    batch_invariant: bool = False
+    logprob_noise: float = 0.01
     startup_fail: str = ""  # STANDIN_STARTUP_FAIL=msg: die after loading, like a CUDA error
     trace_file: str = ""  # STANDIN_TRACE_FILE=path: one JSON line per request (monotonic times)
     log_stats_s: float = 10.0  # STANDIN_LOG_STATS_S: period of the throughput log line
@@ -68,9 +81,9 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
             except ValueError:
                 raise SystemExit(
                     f"stand-in: {name}={env[name]!r} is not a valid {kind.__name__}") from None
-    if values.get("bad_mode", "repeat") not in ("repeat", "wrong", "broken"):
+    if values.get("bad_mode", "repeat") not in BAD_MODES:
         raise SystemExit(f"stand-in: STANDIN_BAD_MODE={values['bad_mode']!r} is not one of "
-                         "repeat, wrong, broken")
+                         + ", ".join(BAD_MODES))
     return Settings(**values)  # type: ignore[arg-type]
 
 

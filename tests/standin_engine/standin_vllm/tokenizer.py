@@ -94,12 +94,10 @@ def render_chat(messages: list[dict], add_generation_prompt: bool = True) -> str
     return "".join(parts)
 
 
-BAD_MODES = ("repeat", "wrong", "broken")
-
-
 def generate_words(seed_text: str, seed: int | None, broken: bool = False,
                    bad: str = "") -> Iterator[str]:
-    """Endless deterministic stream of " word" tokens ("!" forever when broken).
+    """Endless deterministic stream of " word" tokens ("!" forever when broken): the filler
+    words alone (the server answers through answers.py: facts, the batch, every bad mode).
 
     `bad` is how a failing card answers: "repeat" gives the first word forever, "wrong"
     other words than a healthy card gives for the same prompt, "broken" "!" forever.

@@ -1,0 +1,90 @@
+"""`onecat bench --workload multiturn` against the stand-in engine (with its prefix cache)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from onecat.bench.multiturn import cache_report, prefix_counters
+from onecat.cli import main as onecat_main
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "standin_engine"))
+from standin_harness import standin  # noqa: E402
+
+SMALL = ["--conversations", "3", "--turns", "3", "--system-len", "200", "--turn-len", "40",
+         "--output-len", "6", "--concurrency", "2", "--quiet"]
+
+
+def test_conversations_come_back_with_their_history_and_hit_the_cache(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    with standin(tmp_path, env={"STANDIN_TRACE_FILE": str(trace)}) as server:
+        code = onecat_main(["bench", "--url", server.url, "--workload", "multiturn",
+                            "--out", str(tmp_path / "out"), *SMALL])
+    assert code == 0
+    report = json.loads((tmp_path / "out" / "multiturn.json").read_text())
+    assert report["workload"] == "multiturn"
+    assert (report["num_requests"], report["completed"], report["failed"]) == (9, 9, 0)
+    assert report["total_output_tokens"] == 9 * 6
+    # The stand-in's tokenizer makes ~1.6 tokens of these words: the lengths follow it.
+    assert report["tokens_per_word"] > 1.2
+    # Each turn resends the conversation: the prompt grows by a turn and an answer.
+    assert report["mean_input_tokens"] > 200 + 40
+    cache = report["prefix_cache"]
+    assert cache["queries"] == report["total_input_tokens"]
+    # Turn 1 of the 2nd and 3rd conversation hit the shared system prompt; later turns hit
+    # their whole previous prompt.
+    assert 0.5 < cache["hit_rate"] < 1.0
+    assert cache["nodes"][server.url]["share_of_prompt_tokens"] == 1.0
+    for key in ("median_ttft_ms", "p90_ttft_ms", "output_throughput"):
+        assert report[key] and report[key] > 0
+    assert len(trace.read_text().splitlines()) == 9 + 0  # no warm-up, no probe generation
+
+
+def test_without_prefix_caching_the_hit_rate_is_zero(tmp_path: Path) -> None:
+    with standin(tmp_path, args=["--no-enable-prefix-caching"]) as server:
+        code = onecat_main(["bench", "--url", server.url, "--workload", "multiturn",
+                            "--out", str(tmp_path / "out"), *SMALL])
+    assert code == 0
+    report = json.loads((tmp_path / "out" / "multiturn.json").read_text())
+    assert report["prefix_cache"]["queries"] == 0 and report["prefix_cache"]["hit_rate"] is None
+
+
+def test_the_random_workload_is_still_the_default_and_unchanged(tmp_path: Path) -> None:
+    with standin(tmp_path) as server:
+        code = onecat_main(["bench", "--url", server.url, "--concurrency", "2", "--input-len",
+                            "30", "--output-len", "4", "--requests-per-level", "4",
+                            "--warmup", "0", "--quiet", "--out", str(tmp_path / "out")])
+    assert code == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "bench-c2.json", "summary.csv", "summary.json", "summary.md"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--workload", "multiturn", "--concurrency", "1,2"],
+    ["--workload", "multiturn", "--conversations", "0"],
+])
+def test_bad_multiturn_command_lines_exit_2(tmp_path: Path, argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        code = onecat_main(["bench", "--url", "http://127.0.0.1:9", "--out", str(tmp_path),
+                            *argv])
+        raise SystemExit(code)
+    assert exited.value.code == 2
+
+
+def test_counters_and_the_cache_report() -> None:
+    page = ('# TYPE vllm:prefix_cache_queries_total counter\n'
+            'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0\n'
+            'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 750.0\n'
+            'vllm:prefix_cache_hits_created{engine="0"} 1.7e9\n')
+    assert prefix_counters(page) == (1000.0, 750.0)
+    assert prefix_counters("vllm:num_requests_running 1.0\n") is None
+    report = cache_report({"a": (0.0, 0.0), "b": (100.0, 0.0), "c": None},
+                          {"a": (300.0, 200.0), "b": (200.0, 50.0), "c": (5.0, 1.0)})
+    assert (report["queries"], report["hits"], report["hit_rate"]) == (400, 250, 0.625)
+    assert report["nodes"]["a"]["share_of_prompt_tokens"] == 0.75
+    assert report["busiest_over_mean"] == 1.5
+    assert report["nodes"]["c"]["hit_rate"] is None

@@ -1,0 +1,244 @@
+"""Affinity routing in the gateway, with a real HAProxy on loopback (the role's own template).
+
+The routing key is checked where HAProxy hands it to a node (the X-Onecat-Route header it
+sets, a SHA-256 of what it read), in its order of precedence; a conversation's turns stay on
+one stand-in node and move, alone, when that node is drained; requests without a key go
+through onecat_keyless, whose servers follow the drains of onecat_nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import shutil
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "standin_engine"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from gateway_harness import Engine, base_vars, haproxy, render, wait_until  # noqa: E402
+
+from onecat.gateway import backends  # noqa: E402
+from onecat.gateway.runtime import Runtime, parse_stat, servers  # noqa: E402
+from onecat.gateway.share import share  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None,
+                                reason="haproxy is not installed (bootstrap.sh installs it)")
+
+MODEL = "standin-model"
+
+
+def route(text: str) -> str:
+    """What the gateway puts in X-Onecat-Route for the key text it read (sha2(256),hex)."""
+    return hashlib.sha256(text.encode()).hexdigest().upper()
+
+
+class Recorder:
+    """A node that answers 200 to everything and keeps each request's X-Onecat-Route."""
+
+    def __init__(self) -> None:
+        self.routes: list[str | None] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                self.rfile.read(length)
+                if self.path != "/health":
+                    recorder.routes.append(self.headers.get("x-onecat-route"))
+                self.send_response(200)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def affinity_vars(tmp_path: Path, nodes: dict[str, int]) -> dict:
+    variables = base_vars(tmp_path)
+    states = {name: {"serving": True, "in_rotation": True, "address": "127.0.0.1",
+                     "port": port, "max_num_seqs": 8, "agent_port": 0}
+              for name, port in nodes.items()}
+    variables["gateway_servers"] = [s.as_dict() for s in backends.select(states).servers]
+    variables["gateway_balance"] = "affinity"
+    return variables
+
+
+def post(url: str, body: dict | bytes, headers: dict[str, str] | None = None) -> int:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={
+        "content-type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(request, timeout=20) as response:
+        response.read()
+        return response.status
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    node = Recorder()
+    yield node
+    node.close()
+
+
+def test_affinity_renders_two_backends_that_haproxy_accepts(tmp_path: Path) -> None:
+    text = render(affinity_vars(tmp_path, {"node-a": 9001, "node-b": 9002}))
+    assert "balance hdr(X-Onecat-Route)" in text and "hash-type consistent" in text
+    assert "hash-balance-factor 125" in text and "backend onecat_keyless" in text
+    assert "track onecat_nodes/node-a" in text and text.count("maxconn 8") == 4
+    leastconn = render({**affinity_vars(tmp_path, {"node-a": 9001}),
+                        "gateway_balance": "leastconn"})
+    assert "onecat_keyless" not in leastconn and "req.body" not in leastconn
+
+
+def test_the_routing_key_and_its_precedence(tmp_path: Path, recorder: Recorder) -> None:
+    variables = affinity_vars(tmp_path, {"node-a": recorder.port})
+    system = {"role": "system", "content": 'Be brief, "exact" {and} kind. ' * 400}  # ~12 KB
+    first = {"role": "user", "content": "What is 2+2?"}
+    chat = {"model": MODEL, "messages": [system, first]}
+    two_messages = json.dumps([system, first])[1:-1]
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all(s.status.startswith("UP")
+                                      for s in servers(runtime.stat(), "onecat_nodes")))
+        url = gw.url + "/v1/chat/completions"
+        post(url, {**chat, "user": "alice"}, {"X-Session-Id": "s-1"})
+        post(url, {**chat, "user": "alice"})
+        post(url, {**chat, "prompt_cache_key": "tenant-7"})
+        post(url, chat)
+        # A later turn of the same conversation: the same first two messages, the same key.
+        post(url, {**chat, "messages": [system, first, {"role": "assistant", "content": "4"},
+                                        {"role": "user", "content": "x" * 9000}]})
+        post(gw.url + "/v1/completions", {"model": MODEL, "prompt": "p" * 3000})
+        post(gw.url + "/v1/completions", {"model": MODEL, "prompt": [1, 2, 3]})
+        post(gw.url + "/v1/completions", {"model": MODEL})  # no key: onecat_keyless
+        assert recorder.routes == [
+            route("s-1"), route("u:alice"), route("u:tenant-7"), route("m:" + two_messages),
+            route("m:" + two_messages), route('p:"' + "p" * 2048), route("p:[1, 2, 3"), None]
+        keyless = [s for s in servers(runtime.stat(), "onecat_keyless")]
+        assert [(s.server, s.total) for s in keyless] == [("node-a", 1)]
+
+
+def conversation(number: int, turns: int) -> list[dict]:
+    messages = [{"role": "system", "content": "A shared system prompt. " * 50},
+                {"role": "user", "content": f"conversation {number}: hello"}]
+    for turn in range(1, turns):
+        messages += [{"role": "assistant", "content": "an answer"},
+                     {"role": "user", "content": f"turn {turn}"}]
+    return messages
+
+
+def served_by(runtime: Runtime, send) -> str:
+    """The node that served one request (the difference of the stats around it)."""
+    before = runtime.command("show stat")
+    send()
+    counts = share(before, runtime.command("show stat"))["servers"]
+    (name,) = [n for n, c in counts.items() if c["requests"]]
+    return name
+
+
+@pytest.fixture
+def two_engines(tmp_path: Path):
+    started = [Engine(tmp_path, name).start() for name in ("node-a", "node-b")]
+    yield started
+    for engine in started:
+        engine.stop()
+
+
+def test_a_conversation_stays_on_one_node_and_a_drain_moves_only_its_own(
+        tmp_path: Path, two_engines: list[Engine]) -> None:
+    variables = affinity_vars(tmp_path, {e.name: e.port for e in two_engines})
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all(s.status.startswith("UP")
+                                      for s in servers(runtime.stat(), "onecat_nodes")))
+        url = gw.url + "/v1/chat/completions"
+
+        def turn(number: int, turns: int):
+            return lambda: post(url, {"model": MODEL, "max_tokens": 2,
+                                      "messages": conversation(number, turns)})
+
+        homes: dict[int, str] = {}
+        for number in range(8):
+            nodes = {served_by(runtime, turn(number, t)) for t in range(1, 5)}
+            assert len(nodes) == 1, (number, nodes)  # every turn on one node
+            homes[number] = nodes.pop()
+        assert set(homes.values()) == {"node-a", "node-b"}, homes  # and both nodes used
+        drained = homes[0]
+        runtime.set_state("onecat_nodes", drained, "drain")
+        # The drain reaches the tracking server of onecat_keyless too.
+        assert wait_until(lambda: all(
+            s.admin == "drain" for s in servers(runtime.stat(), "onecat_keyless")
+            if s.server == drained))
+        after = {number: served_by(runtime, turn(number, 5)) for number in homes}
+        assert all(node != drained for node in after.values()), after
+        # Conversations of the other node did not move.
+        assert all(after[n] == home for n, home in homes.items() if home != drained), after
+        # Ready again: they come back where their prefix is (consistent hashing).
+        runtime.set_state("onecat_nodes", drained, "ready")
+        back = {number: served_by(runtime, turn(number, 6)) for number in homes}
+        assert back == homes
+        rows = parse_stat(runtime.command("show stat"))
+        assert {r["pxname"] for r in rows} >= {"onecat_nodes", "onecat_keyless"}
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    ("onecat_gateway_balance=roundrobin", "gateway_balance"),
+    ("onecat_gateway_hash_balance_factor=100", "gateway_hash_balance_factor"),
+])
+def test_the_role_refuses_a_bad_balance_before_writing(tmp_path: Path, extra: str,
+                                                       named: str) -> None:
+    from test_gateway_role import SERVING, run_role
+
+    (tmp_path / "haproxy.cfg").write_text("# the running configuration\n")
+    proc = run_role(tmp_path, {"n1": SERVING}, "-e", extra, "-e", "onecat_gateway_open=true")
+    assert proc.returncode != 0
+    assert named in proc.stdout + proc.stderr
+    assert (tmp_path / "haproxy.cfg").read_text() == "# the running configuration\n"
+
+
+def test_a_reload_keeps_drain_and_maint_in_both_back_ends(tmp_path: Path,
+                                                          recorder: Recorder) -> None:
+    # The role saves `show servers state` before each reload; with affinity the tracking
+    # servers of onecat_keyless must come back drained or held with their namesakes.
+    from onecat.gateway.runtime import save_server_state
+
+    other = Recorder()
+    try:
+        variables = affinity_vars(tmp_path, {"node-a": recorder.port, "node-b": other.port})
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: all(s.status.startswith("UP")
+                                          for s in servers(runtime.stat(), "onecat_nodes")))
+            runtime.set_state("onecat_nodes", "node-a", "drain")
+            runtime.set_state("onecat_nodes", "node-b", "maint")
+            assert save_server_state(gw.socket, variables["gateway_server_state_file"]) == 4
+            gw.reload()
+
+            def states(backend: str) -> dict[str, str]:
+                return {s.server: s.admin for s in servers(Runtime(gw.socket).stat(), backend)}
+
+            want = {"node-a": "drain", "node-b": "maint"}
+            assert wait_until(lambda: states("onecat_nodes") == want), states("onecat_nodes")
+            assert wait_until(lambda: states("onecat_keyless") == want), states("onecat_keyless")
+    finally:
+        other.close()

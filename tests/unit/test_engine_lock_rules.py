@@ -1,0 +1,194 @@
+"""The engine lock's pure logic: markers, wheel tags, image references, the lock file's rules."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+
+import pytest
+import yaml
+
+from onecat.cli import build_parser
+from onecat.engine import defaults, lockfile, registry, resolve, wheel
+from onecat.engine.errors import EngineLockError
+from onecat.engine.lock import Inputs
+from onecat.engine.target import IMAGE
+
+
+def test_markers_are_evaluated_for_the_image_not_the_controller():
+    kept = wheel.applicable([
+        "torch==2.10.0", 'numpy>=1.26; python_version >= "3.12"',
+        'tomli; python_version < "3.11"', 'pywin32; sys_platform == "win32"',
+        'nvidia-nccl-cu12; platform_machine == "x86_64" and platform_system == "Linux"',
+        'pytest; extra == "test"', "Requests[socks]>=2", 'numpy>=1.26 ; python_version >= "3.12"',
+    ], IMAGE)
+    assert kept == ["numpy>=1.26", "nvidia-nccl-cu12", "Requests[socks]>=2", "torch==2.10.0"]
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("1cat_vllm-1.5.0-cp312-cp312-linux_x86_64.whl", True),
+    ("x-1-py3-none-any.whl", True),
+    ("x-1-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+    ("x-1-cp39-abi3-manylinux_2_28_x86_64.whl", True),
+    ("x-1-cp311-cp311-linux_x86_64.whl", False),
+    ("x-1-cp312-cp312-linux_aarch64.whl", False),
+    ("x-1-cp312-cp312-manylinux_2_34_x86_64.whl", False),
+    ("x-1-cp312-cp312-win_amd64.whl", False),
+])
+def test_wheel_tags_must_install_on_the_image(name, ok):
+    if ok:
+        wheel.check_tags(name, IMAGE)
+    else:
+        with pytest.raises(EngineLockError, match=r"not for the image's CPython 3\.12"):
+            wheel.check_tags(name, IMAGE)
+
+
+def test_not_a_wheel_name():
+    with pytest.raises(EngineLockError, match="is not a wheel file name"):
+        wheel.check_tags("engine.tar.gz", IMAGE)
+
+
+@pytest.mark.parametrize("ref, want", [
+    ("nvidia/cuda:12.8.1-runtime-ubuntu24.04",
+     ("docker.io", "nvidia/cuda", "12.8.1-runtime-ubuntu24.04", "")),
+    ("ubuntu:24.04", ("docker.io", "library/ubuntu", "24.04", "")),
+    ("127.0.0.1:5000/a/b:1", ("127.0.0.1:5000", "a/b", "1", "")),
+    ("registry.example/cuda:12@sha256:" + "a" * 64,
+     ("registry.example", "cuda", "12", "sha256:" + "a" * 64)),
+    ("localhost/x@sha256:" + "b" * 64, ("localhost", "x", "", "sha256:" + "b" * 64)),
+])
+def test_image_references_are_read_as_docker_reads_them(ref, want):
+    parsed = registry.parse_ref(ref)
+    assert (parsed.registry, parsed.repository, parsed.tag, parsed.digest) == want
+
+
+@pytest.mark.parametrize("ref", ["nvidia/cuda", "Nvidia/cuda:1", "x:1@sha256:abc", ""])
+def test_unpinned_or_malformed_references_are_refused(ref):
+    with pytest.raises(EngineLockError):
+        registry.parse_ref(ref)
+
+
+def test_api_base_follows_the_registry_and_the_mirror():
+    assert registry.api_base(registry.parse_ref("nvidia/cuda:1")) == "https://registry-1.docker.io"
+    assert registry.api_base(registry.parse_ref("127.0.0.1:5000/x:1")) == "http://127.0.0.1:5000"
+    assert registry.api_base(registry.parse_ref("reg.example:443/x:1")) == "https://reg.example:443"
+    assert registry.api_base(registry.parse_ref("nvidia/cuda:1"), "http://m:5000/") == "http://m:5000"
+
+
+def _valid() -> dict:
+    text = ("alpha==1.1 \\\n    --hash=sha256:" + "a" * 64 + "\n"
+            "torch==2.10.0 \\\n    --hash=sha256:" + "b" * 64 + "\n")
+    digest = "sha256:" + "c" * 64
+    return {
+        "schema": 1, "engine": "1cat-vllm", "engine_version": "1.5.0",
+        "created_at": "2026-12-04T20:00:00Z",
+        "wheel": {"url": "https://x/1cat_vllm-1.5.0-cp312-cp312-linux_x86_64.whl",
+                  "filename": "1cat_vllm-1.5.0-cp312-cp312-linux_x86_64.whl", "sha256": "d" * 64,
+                  "size": 1, "requires_dist": ["alpha>=1"]},
+        "base": {"image": "nvidia/cuda:12.8.1-runtime-ubuntu24.04", "registry": "https://r",
+                 "digest": digest, "index_digest": digest, "manifest_digest": "sha256:" + "e" * 64,
+                 "media_type": registry.OCI_INDEX, "platform": "linux/amd64"},
+        "requirements": {"python_version": "3.12", "python_platform": "x86_64-manylinux_2_28",
+                         "torch": "torch==2.10.0", "index_url": "https://i",
+                         "extra_index_urls": [], "lock": text,
+                         "sha256": hashlib.sha256(text.encode()).hexdigest()},
+        "tools": {"uv": "0.13.9", "onecat": "0.1.0"},
+    }
+
+
+def test_a_valid_lock_passes():
+    assert lockfile.validate(_valid(), "lock") == _valid()
+
+
+def _edit(path: str, value: object) -> dict:
+    data = copy.deepcopy(_valid())
+    *parents, key = path.split(".")
+    target = data
+    for part in parents:
+        target = target[part]
+    if value is KeyError:
+        del target[key]
+    else:
+        target[key] = value
+    return data
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("schema", 2, "schema 2 is not 1"),
+    ("wheel", KeyError, "'wheel' is missing"),
+    ("wheel.sha256", "D" * 64, "wheel.sha256"),
+    ("base.digest", "sha256:" + "f" * 64, "neither the index nor the manifest digest"),
+    ("base.manifest_digest", "sha256:12", "base.manifest_digest"),
+    ("requirements.lock", "alpha==1.1\n", "requirements.lock was edited"),
+    ("tools.uv", 13, "tools.uv is missing or not a str"),
+])
+def test_a_lock_edited_by_hand_is_refused_with_the_field(path, value, message):
+    with pytest.raises(EngineLockError, match=message):
+        lockfile.validate(_edit(path, value), "lock")
+
+
+def test_a_lock_without_hashes_is_refused_even_with_a_matching_sum():
+    text = "alpha==1.1\ntorch==2.10.0\n"
+    data = _edit("requirements.lock", text)
+    data["requirements"]["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+    with pytest.raises(EngineLockError, match=r"'alpha==1\.1' has no --hash=sha256"):
+        lockfile.validate(data, "lock")
+
+
+def test_inputs_name_what_differs_from_the_lock():
+    lock = _valid()
+    same = Inputs("1.5.0", lock["wheel"]["url"], "D" * 64, lock["base"]["image"],
+                  "torch==2.10.0", "https://i", ())
+    assert same.differences(lock) == []
+    other = Inputs("1.5.0", "file:///carried/1cat.whl", "d" * 64, "nvidia/cuda:12.9",
+                   "torch==2.10.0", "https://mirror", ("https://pypi.org/simple",))
+    # Mirrors (another wheel URL or index) pin the same things: not a difference.
+    assert [d.split(":", 1)[0] for d in other.differences(lock)] == ["base"]
+
+
+# What uv 0.13 printed for these failures (see tests/integration/test_engine_lock.py).
+UV_CONFLICT = """error: No solution found when resolving dependencies
+  cause: Because there is no version of beta==3.0 and you require beta==3.0, we can conclude \
+that your requirements are unsatisfiable.
+"""
+UV_UNREACHABLE = """error: Request failed after 3 retries in 6.5s
+  cause: Failed to fetch: http://127.0.0.1:9/simple/alpha/
+  cause: error sending request for url (http://127.0.0.1:9/simple/alpha/)
+  cause: tcp connect error
+  cause: Connection refused (os error 111)
+"""
+
+
+def test_uv_failures_become_one_line():
+    assert resolve.explain(UV_CONFLICT, ["http://i/simple"]) == (
+        "the engine's requirements cannot be resolved: there is no version of beta==3.0 and "
+        "you require beta==3.0")
+    assert resolve.explain(UV_UNREACHABLE, ["http://127.0.0.1:9/simple"]) == (
+        "the package index http://127.0.0.1:9/simple is unreachable (fetching "
+        "http://127.0.0.1:9/simple/alpha/: Connection refused (os error 111))")
+
+
+def test_uv_is_asked_for_the_image_platform_with_hashes():
+    command = resolve.compile_command("uv", IMAGE, "https://t", ["https://p"], None)
+    text = " ".join(command)
+    assert "--generate-hashes" in command and "--no-python-downloads" in command
+    assert "--python-version 3.12 --python-platform x86_64-manylinux_2_28" in text
+    assert "--index-url https://t --extra-index-url https://p" in text
+
+
+def test_defaults_are_the_serve_roles_own():
+    role = yaml.safe_load(defaults.ROLE_DEFAULTS.read_text())
+    read = defaults.read()
+    assert read.wheel_sha256s == role["vllm_serve_wheel_sha256s"]
+    assert read.engine_version in role["vllm_serve_engine_version"]
+    assert read.base == role["vllm_serve_image_base"]
+    assert read.wheel_url(read.engine_version).endswith(
+        f"/1cat_vllm-{read.engine_version}-cp312-cp312-linux_x86_64.whl")
+    assert defaults.lock_path("1.5.0").parts[-3:] == ("inventory", "engine",
+                                                       "1cat-vllm-1.5.0.lock.json")
+
+
+def test_the_command_is_registered():
+    args = build_parser().parse_args(["engine", "lock", "--check", "--extra-index-url", "a",
+                                      "--extra-index-url", "b"])
+    assert args.check and args.extra_index_url == ["a", "b"] and args.func
