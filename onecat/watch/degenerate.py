@@ -119,11 +119,14 @@ def degenerate(text: str, tokens: Sequence[int] | None = None) -> str | None:
     if share < MIN_PRINTABLE_SHARE:
         return f"not text: only {share:.0%} of its characters are printable"
     body = text.rstrip()
-    loop = tail_loop(body, MAX_UNIT_CHARS)
-    if loop is not None and body[-loop[0]:].strip():
-        unit = body[loop[2]:loop[2] + loop[0]]
-        return (f"collapsed into repetition: {unit!r} {loop[1]:.1f} times at the end "
-                f"({body[-40:]!r})")
+    # Trailing whitespace is left out ("Paris!!!!!!!!\n"), unless it is the loop's own: "0 "
+    # five times ends in a space, and without it only 4.5 repeats are left.
+    for candidate in dict.fromkeys((body, text)):
+        loop = tail_loop(candidate, MAX_UNIT_CHARS)
+        if loop is not None and candidate[-loop[0]:].strip():
+            unit = candidate[loop[2]:loop[2] + loop[0]]
+            return (f"collapsed into repetition: {unit!r} {loop[1]:.1f} times at the end "
+                    f"({body[-40:]!r})")
     if tokens:
         loop = tail_loop(list(tokens), MAX_UNIT_TOKENS)
         if loop is not None:
