@@ -8,8 +8,8 @@ the command); it never raises anything else. The same for `--base` references.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
+import sys
 from pathlib import Path
 
 from fuzzkit import examples, fuzz, mutated
@@ -19,23 +19,10 @@ from hypothesis import strategies as st
 from onecat.engine import lockfile, registry
 from onecat.engine.errors import EngineLockError
 
-TEXT = ("alpha==1.1 \\\n    --hash=sha256:" + "a" * 64 + "\n"
-        "torch==2.10.0 \\\n    --hash=sha256:" + "b" * 64 + "\n")
-DIGEST = "sha256:" + "c" * 64
-LOCK = {
-    "schema": 1, "engine": "1cat-vllm", "engine_version": "1.5.0",
-    "created_at": "2026-12-04T20:00:00Z",
-    "wheel": {"url": "https://x/1cat_vllm-1.5.0-cp312-cp312-linux_x86_64.whl",
-              "filename": "1cat_vllm-1.5.0-cp312-cp312-linux_x86_64.whl", "sha256": "d" * 64,
-              "size": 1, "requires_dist": ["alpha>=1"]},
-    "base": {"image": "nvidia/cuda:12.8.1-runtime-ubuntu24.04", "registry": "https://r",
-             "digest": DIGEST, "index_digest": DIGEST, "manifest_digest": "sha256:" + "e" * 64,
-             "media_type": registry.OCI_INDEX, "platform": "linux/amd64"},
-    "requirements": {"python_version": "3.12", "python_platform": "x86_64-manylinux_2_28",
-                     "torch": "torch==2.10.0", "index_url": "https://i", "extra_index_urls": [],
-                     "lock": TEXT, "sha256": hashlib.sha256(TEXT.encode()).hexdigest()},
-    "tools": {"uv": "0.13.9", "onecat": "0.1.0"},
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine_lock_sample import valid_lock
+
+LOCK = valid_lock()
 
 
 def test_the_seed_lock_is_valid():

@@ -183,23 +183,28 @@ def test_the_node_side_refuses_a_hostile_value(tmp_path, variable, value):
     assert said(proc, f"{variable} {shown(value)} is refused"), output
 
 
-def render_agent_unit(tmp_path: Path, state_dir: str,
-                      admitted: str = "/run/onecat-gateway/admitted") -> str:
-    """The agent's unit as the role's template task renders it (Ansible's own filters)."""
-    unit = tmp_path / "onecat-gateway-agent@.service"
-    playbook = tmp_path / "agent.yml"
+def render_template(tmp_path: Path, name: str, variables: dict) -> str:
+    """One of the role's templates as its template task renders it (Ansible's own filters)."""
+    dest = tmp_path / name.removesuffix(".j2")
+    playbook = tmp_path / f"{name}.yml"
     playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"ansible.builtin.template": {
-            "src": str(REPO / "roles/gateway/templates/onecat-gateway-agent@.service.j2"),
-            "dest": str(unit)}}]}]))
+        {"ansible.builtin.template": {"src": str(REPO / "roles/gateway/templates" / name),
+                                      "dest": str(dest)}}]}]))
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
          str(playbook), "-e", f"ansible_python_interpreter={sys.executable}",
-         "-e", json.dumps({"gateway_node_state_dir": state_dir,
-                           "gateway_node_admitted_file": admitted})],
+         "-e", json.dumps(variables)],
         capture_output=True, text=True, cwd=REPO, check=False, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return unit.read_text()
+    return dest.read_text()
+
+
+def render_agent_unit(tmp_path: Path, state_dir: str,
+                      admitted: str = "/run/onecat-gateway/admitted") -> str:
+    """The agent's unit as the role renders it."""
+    return render_template(tmp_path, "onecat-gateway-agent@.service.j2",
+                           {"gateway_node_state_dir": state_dir,
+                            "gateway_node_admitted_file": admitted})
 
 
 def exec_start(unit_text: str) -> list[str]:
@@ -289,18 +294,7 @@ def test_the_gateway_config_module_refuses_a_maxconn_factor_that_is_no_number(fa
 ])
 def test_the_agent_listens_only_on_the_address_the_gateway_uses(tmp_path, address, listen):
     """Hold reasons are not served on the node's other networks; a host name binds everywhere."""
-    unit = tmp_path / "onecat-gateway-agent.socket"
-    playbook = tmp_path / "socket.yml"
-    playbook.write_text(yaml.safe_dump([{"hosts": "localhost", "gather_facts": False, "tasks": [
-        {"ansible.builtin.template": {
-            "src": str(REPO / "roles/gateway/templates/onecat-gateway-agent.socket.j2"),
-            "dest": str(unit)}}]}]))
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         str(playbook), "-e", f"ansible_python_interpreter={sys.executable}",
-         "-e", json.dumps({"gateway_node_address": address, "gateway_agent_port": 8003})],
-        capture_output=True, text=True, cwd=REPO, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = unit.read_text().splitlines()
+    lines = render_template(tmp_path, "onecat-gateway-agent.socket.j2", {
+        "gateway_node_address": address, "gateway_agent_port": 8003}).splitlines()
     assert [x for x in lines if x.startswith("ListenStream=")] == [listen]
     assert ("FreeBind=yes" in lines) == (listen != "ListenStream=8003")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,6 +15,9 @@ from onecat.engine import defaults, lockfile, registry, resolve, wheel
 from onecat.engine.errors import EngineLockError
 from onecat.engine.lock import Inputs
 from onecat.engine.target import IMAGE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from engine_lock_sample import valid_lock
 
 
 def test_markers_are_evaluated_for_the_image_not_the_controller():
@@ -75,33 +80,12 @@ def test_api_base_follows_the_registry_and_the_mirror():
     assert registry.api_base(registry.parse_ref("nvidia/cuda:1"), "http://m:5000/") == "http://m:5000"
 
 
-def _valid() -> dict:
-    text = ("alpha==1.1 \\\n    --hash=sha256:" + "a" * 64 + "\n"
-            "torch==2.10.0 \\\n    --hash=sha256:" + "b" * 64 + "\n")
-    digest = "sha256:" + "c" * 64
-    return {
-        "schema": 1, "engine": "1cat-vllm", "engine_version": "1.5.0",
-        "created_at": "2026-12-04T20:00:00Z",
-        "wheel": {"url": "https://x/1cat_vllm-1.5.0-cp312-cp312-linux_x86_64.whl",
-                  "filename": "1cat_vllm-1.5.0-cp312-cp312-linux_x86_64.whl", "sha256": "d" * 64,
-                  "size": 1, "requires_dist": ["alpha>=1"]},
-        "base": {"image": "nvidia/cuda:12.8.1-runtime-ubuntu24.04", "registry": "https://r",
-                 "digest": digest, "index_digest": digest, "manifest_digest": "sha256:" + "e" * 64,
-                 "media_type": registry.OCI_INDEX, "platform": "linux/amd64"},
-        "requirements": {"python_version": "3.12", "python_platform": "x86_64-manylinux_2_28",
-                         "torch": "torch==2.10.0", "index_url": "https://i",
-                         "extra_index_urls": [], "lock": text,
-                         "sha256": hashlib.sha256(text.encode()).hexdigest()},
-        "tools": {"uv": "0.13.9", "onecat": "0.1.0"},
-    }
-
-
 def test_a_valid_lock_passes():
-    assert lockfile.validate(_valid(), "lock") == _valid()
+    assert lockfile.validate(valid_lock(), "lock") == valid_lock()
 
 
 def _edit(path: str, value: object) -> dict:
-    data = copy.deepcopy(_valid())
+    data = copy.deepcopy(valid_lock())
     *parents, key = path.split(".")
     target = data
     for part in parents:
@@ -136,7 +120,7 @@ def test_a_lock_without_hashes_is_refused_even_with_a_matching_sum():
 
 
 def test_inputs_name_what_differs_from_the_lock():
-    lock = _valid()
+    lock = valid_lock()
     same = Inputs("1.5.0", lock["wheel"]["url"], "D" * 64, lock["base"]["image"],
                   "torch==2.10.0", "https://i", ())
     assert same.differences(lock) == []
