@@ -35,6 +35,11 @@ options:
     type: str
     choices: [drain, maint, ready, query]
     default: query
+  master_socket:
+    description: "HAProxy's master CLI (a path, or HOST:PORT): a drain also waits for the
+      server's sessions in the old workers of a reload. Ignored when the path is absent."
+    type: str
+    default: /run/haproxy-master.sock
   wait_idle:
     description: With C(drain), seconds to wait for zero sessions (0 does not wait).
     type: float
@@ -96,6 +101,7 @@ def main() -> None:
             "server": {"type": "str", "required": True},
             "state": {"type": "str", "default": "query",
                       "choices": ["drain", "maint", "ready", "query"]},
+            "master_socket": {"type": "str", "default": "/run/haproxy-master.sock"},
             "wait_idle": {"type": "float", "default": 0},
             "fail_on_busy": {"type": "bool", "default": False},
         },
@@ -107,7 +113,9 @@ def main() -> None:
     if p["socket"].startswith("/") and not os.path.exists(p["socket"]):
         module.exit_json(changed=False, msg=f"{gateway}: no gateway runs here yet "
                                             f"({p['socket']} is absent): nothing to do", **result)
-    runtime = Runtime(p["socket"])
+    master = p["master_socket"]
+    runtime = Runtime(p["socket"], master=master if master and (
+        not master.startswith("/") or os.path.exists(master)) else None)
     where = f"{gateway}: {p['backend']}/{p['server']}"
     try:
         status = runtime.status(p["backend"], p["server"])

@@ -107,6 +107,10 @@ class Haproxy:
     def socket(self) -> str:
         return self.vars["gateway_admin_socket"]
 
+    @property
+    def master(self) -> str:
+        return str(self.workdir / "master.sock")
+
     def check(self, text: str) -> subprocess.CompletedProcess:
         candidate = self.workdir / "candidate.cfg"
         candidate.write_text(text)
@@ -116,8 +120,10 @@ class Haproxy:
     def start(self) -> Haproxy:
         self.config.write_text(render(self.vars))
         sink = self.log.open("ab")
-        # -W: master-worker (as Debian's unit runs it), so SIGUSR2 is a hitless reload.
-        self.process = subprocess.Popen(["haproxy", "-W", "-db", "-f", str(self.config)],
+        # -W: master-worker, and -S: its master CLI, as Debian's unit runs it (EXTRAOPTS), so
+        # SIGUSR2 is a hitless reload and old workers can be asked for their sessions.
+        self.process = subprocess.Popen(["haproxy", "-W", "-db", "-S", self.master,
+                                         "-f", str(self.config)],
                                         stdout=sink, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while not Path(self.socket).exists():

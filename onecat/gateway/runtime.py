@@ -6,7 +6,14 @@
 
 Drain stops new requests to a server and lets the ones in flight finish; the serve stage
 drains a node, waits until its `scur` is 0 (bounded), restarts it, gates it and only then
-sets it ready. Stdlib only: this file runs on the gateway host inside an Ansible module.
+sets it ready. After a reload the old workers keep their streams (up to hard-stop-after) and
+the admin socket reaches the new worker only: the wait also counts the old workers' sessions
+through the master CLI (Debian's unit starts HAProxy with `-S /run/haproxy-master.sock`):
+
+    show proc            (the workers, and under "# old workers" those still finishing)
+    @!PID show stat      (one worker's show stat)
+
+Stdlib only: this file runs on the gateway host inside an Ansible module.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 STATES = ("ready", "drain", "maint")
+# Seconds a drain keeps asking a master CLI that does not answer before it counts no old
+# sessions (HAProxy's master re-executes on every reload).
+MASTER_GRACE_S = 5.0
 
 
 class RuntimeApiError(RuntimeError):
@@ -32,7 +42,8 @@ def _check(command: str) -> None:
 
 
 def execute(address: str, command: str, timeout: float = 5.0) -> str:
-    """Send one command and return HAProxy's answer (the socket closes after it)."""
+    """Send one command and return HAProxy's answer. The write side is closed after the
+    command: the admin socket closes after one command anyway, the master CLI only then."""
     _check(command)
     try:
         if address.startswith("/"):
@@ -46,6 +57,7 @@ def execute(address: str, command: str, timeout: float = 5.0) -> str:
             sock.settimeout(timeout)
             sock.connect(target)
             sock.sendall(command.encode() + b"\n")
+            sock.shutdown(socket.SHUT_WR)
             chunks = []
             while True:
                 data = sock.recv(65536)
@@ -127,6 +139,17 @@ def sessions_everywhere(rows: list[dict[str, str]], server: str) -> int:
                if r.get("svname") == server and r.get("pxname") not in (None, ""))
 
 
+def old_workers(show_proc: str) -> list[int]:
+    """The PIDs the master CLI's `show proc` lists under "# old workers"."""
+    pids, section = [], ""
+    for line in show_proc.splitlines():
+        if line.startswith("#"):
+            section = line.strip("# ").lower()
+        elif section == "old workers" and line.split() and line.split()[0].isdigit():
+            pids.append(int(line.split()[0]))
+    return pids
+
+
 def servers(rows: list[dict[str, str]], backend: str) -> list[ServerStatus]:
     names = [r["svname"] for r in rows
              if r.get("pxname") == backend and r.get("svname") not in ("FRONTEND", "BACKEND")]
@@ -144,14 +167,26 @@ class Runtime:
     """One HAProxy process's admin socket."""
 
     def __init__(self, address: str, timeout: float = 5.0,
-                 execute_fn: Callable[[str, str, float], str] = execute) -> None:
+                 execute_fn: Callable[[str, str, float], str] = execute,
+                 master: str | None = None) -> None:
         self.address = address
         self.timeout = timeout
         self._execute = execute_fn
+        # The master CLI, when HAProxy runs one: old workers' sessions count in a drain.
+        self.master = master
 
     def command(self, command: str) -> str:
         _check(command)
         return self._execute(self.address, command, self.timeout)
+
+    def old_sessions(self, server: str) -> int:
+        """The server's sessions still open in the old workers of the last reloads (0 without
+        a master CLI)."""
+        if not self.master:
+            return 0
+        pids = old_workers(self._execute(self.master, "show proc", self.timeout))
+        return sum(sessions_everywhere(parse_stat(self._execute(
+            self.master, f"@!{pid} show stat", self.timeout)), server) for pid in pids)
 
     def stat(self) -> list[dict[str, str]]:
         return parse_stat(self.command("show stat"))
@@ -173,10 +208,21 @@ class Runtime:
         """Wait until the server has no session in any back end (it is drained in `backend`,
         servers of other back ends that track it follow): (idle, sessions left, seconds waited)."""
         started = clock()
+        master_down_since: float | None = None
         while True:
             rows = self.stat()
             sessions = (sessions_everywhere(rows, server)
                         if server_status(rows, backend, server) else 0)
+            if sessions == 0 and self.master:
+                try:
+                    sessions = self.old_sessions(server)
+                    master_down_since = None
+                except RuntimeApiError:
+                    # The master re-executes right after a reload and refuses or resets
+                    # connections for a moment: asked again; one that stays silent for
+                    # MASTER_GRACE_S (a stale socket file) counts no old sessions, as before.
+                    master_down_since = master_down_since or clock()
+                    sessions = 0 if clock() - master_down_since >= MASTER_GRACE_S else 1
             waited = clock() - started
             if sessions == 0:
                 return True, 0, waited

@@ -22,11 +22,19 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "standin_engine"))
 
+from adhoc_module import run_module  # noqa: E402
 from gateway_harness import Agent, Engine, base_vars, haproxy, render, wait_until  # noqa: E402
 from gateway_load import LoadClient, failed, stream_completion, truncated  # noqa: E402
 
 from onecat.gateway import backends, keys  # noqa: E402
-from onecat.gateway.runtime import Runtime, save_server_state, servers  # noqa: E402
+from onecat.gateway.runtime import (  # noqa: E402
+    Runtime,
+    RuntimeApiError,
+    execute,
+    old_workers,
+    save_server_state,
+    servers,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None,
                                 reason="haproxy is not installed (bootstrap.sh installs it)")
@@ -284,6 +292,48 @@ def test_hitless_reload_keeps_streams_in_flight(tmp_path: Path, engines) -> None
             outcomes = load.stop()
     assert len(outcomes) > 8
     assert not failed(outcomes) and not truncated(outcomes, TOKENS)
+
+
+def master_answer(master: str, command: str) -> str:
+    """The master CLI's answer, or "" while it re-executes after a reload (it refuses or
+    resets connections for a moment)."""
+    try:
+        return execute(master, command)
+    except RuntimeApiError:
+        return ""
+
+
+def test_a_drain_waits_for_the_streams_old_workers_keep_after_a_reload(tmp_path: Path,
+                                                                       engines) -> None:
+    # After a reload the old worker keeps its streams (up to hard-stop-after) while the admin
+    # socket reaches the new worker, whose scur for the node is 0: a drain that reads only
+    # the admin socket returns at once and the restart cuts those streams. The master CLI
+    # (show proc, @!PID show stat) counts them.
+    variables = gateway_vars(tmp_path, engines)
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3))
+        load = LoadClient(gw.url, MODEL, workers=3, max_tokens=200, max_requests=3,
+                          max_seconds=30).start()
+        try:
+            time.sleep(0.8)
+            gw.reload()
+            assert wait_until(lambda: old_workers(master_answer(gw.master, "show proc")), 10)
+            busy = [e.name for e in engines
+                    if Runtime(gw.socket, master=gw.master).old_sessions(e.name) > 0]
+            assert busy, "no stream in flight in the old worker"
+            node = busy[0]
+            runtime.set_state("onecat_nodes", node, "drain")
+            # The new worker alone says idle, though a stream is still running there.
+            assert runtime.wait_idle("onecat_nodes", node, timeout=0)[0]
+            # The drain the serve and driver/runtime stages run (the gateway_server module).
+            drained = run_module("gateway_server", {
+                "socket": gw.socket, "master_socket": gw.master, "server": node,
+                "state": "drain", "wait_idle": 30})
+            assert drained["sessions"] == 0 and drained["waited"] > 0.3, drained
+        finally:
+            outcomes = load.stop()
+    assert not failed(outcomes) and not truncated(outcomes, 200)
 
 
 def test_a_reload_keeps_drain_and_maint_and_the_config_still_wins(tmp_path: Path,

@@ -7,7 +7,13 @@ import hashlib
 import pytest
 
 from onecat.gateway import backends, keys
-from onecat.gateway.runtime import Runtime, RuntimeApiError, admin_state, parse_stat
+from onecat.gateway.runtime import (
+    Runtime,
+    RuntimeApiError,
+    admin_state,
+    old_workers,
+    parse_stat,
+)
 
 SERVING = {"serving": True, "in_rotation": True, "address": "10.0.0.11", "port": 8000,
            "max_num_seqs": 64, "agent_port": 8003}
@@ -221,3 +227,66 @@ def test_a_node_state_that_is_not_an_object_is_excluded_with_its_reason():
     assert not selection.servers
     assert set(selection.excluded) == {"n1", "n2", "n3"}
     assert all("node.json is not a JSON object" in why for why in selection.excluded.values())
+
+
+# HAProxy 2.6's master CLI, `show proc` one second after a reload (captured here).
+SHOW_PROC = """#<PID>          <type>          <reloads>       <uptime>        <version>
+30995           master          1 [failed: 0]   0d00h00m04s     2.6.12-1+deb12u4
+# workers
+31157           worker          0               0d00h00m01s     2.6.12-1+deb12u4
+# old workers
+31005           worker          1               0d00h00m04s     2.6.12-1+deb12u4
+# programs
+
+"""
+
+
+class FakeMaster(FakeSocket):
+    """The admin socket (the new worker: no session) and the master CLI: the old worker's
+    sessions on gpu-01 drop by one per look; the master first resets `down` connections."""
+
+    def __init__(self, old_sessions: list[int], down: int = 0) -> None:
+        super().__init__([0])
+        self.old = old_sessions
+        self.down = down
+
+    def __call__(self, address: str, command: str, timeout: float) -> str:
+        if address != "master":
+            return super().__call__(address, command, timeout)
+        self.sent.append(command)
+        if self.down:
+            self.down -= 1
+            raise RuntimeApiError("master does not answer: [Errno 104] Connection reset by peer")
+        if command == "show proc":
+            return SHOW_PROC
+        assert command == "@!31005 show stat", command
+        scur = self.old.pop(0) if len(self.old) > 1 else self.old[0]
+        return STAT.replace("onecat_nodes,gpu-01,0,0,2", f"onecat_nodes,gpu-01,0,0,{scur}")
+
+
+def test_old_workers_are_read_from_show_proc() -> None:
+    assert old_workers(SHOW_PROC) == [31005]
+    assert old_workers(SHOW_PROC.replace("# old workers\n31005", "# old workers\n")) == []
+
+
+def test_a_drain_waits_for_the_old_workers_sessions_after_a_reload() -> None:
+    clock = iter(range(100))
+    fake = FakeMaster([2, 1, 0], down=2)  # the master re-executes for two looks
+    runtime = Runtime("admin", execute_fn=fake, master="master")
+    idle, left, waited = runtime.wait_idle("onecat_nodes", "gpu-01", timeout=30,
+                                           clock=lambda: float(next(clock)),
+                                           sleep=lambda s: None)
+    assert idle and left == 0
+    assert fake.sent.count("@!31005 show stat") == 3 and waited >= 4
+    # Without the master CLI the new worker alone says idle at once: the defect it fixes.
+    assert Runtime("admin", execute_fn=FakeMaster([2]))\
+        .wait_idle("onecat_nodes", "gpu-01", timeout=30)[0]
+
+
+def test_a_master_that_never_answers_counts_no_old_session_after_its_grace() -> None:
+    ticks = iter(range(100))
+    runtime = Runtime("admin", execute_fn=FakeMaster([0], down=1000), master="master")
+    idle, left, waited = runtime.wait_idle("onecat_nodes", "gpu-01", timeout=300,
+                                           clock=lambda: float(next(ticks)),
+                                           sleep=lambda s: None)
+    assert idle and left == 0 and waited < 300
