@@ -21,6 +21,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "onecat.report.cli",
     "onecat.health.cli",
     "onecat.watch.cli",
+    "onecat.repair.cli",
     "onecat.burnin.cli",
     "onecat.engine.cli",
 )

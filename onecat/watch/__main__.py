@@ -27,10 +27,12 @@ from .look import (
     EXIT_FINDINGS,
     EXIT_HEALTHY,
     Acting,
+    Ladder,
     Probe,
     answer_agent,
     cannot_look,
     look,
+    order_repair,
     probe_due,
     serving_probe,
     write_atomic,
@@ -62,12 +64,38 @@ def _restarter(unit: str) -> Callable[[], str | None]:
     return restart
 
 
+def _starter(unit: str) -> Callable[[], str | None]:
+    def start() -> str | None:
+        try:
+            done = subprocess.run(["systemctl", "start", "--no-block", unit],
+                                  capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return str(error)
+        return None if done.returncode == 0 else (done.stderr.strip() or f"rc {done.returncode}")
+    return start
+
+
+def _active(unit: str) -> Callable[[], bool]:
+    def active() -> bool:
+        try:
+            done = subprocess.run(["systemctl", "is-active", "--quiet", unit],
+                                  capture_output=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return True  # unknown: do not start a second runner
+        return done.returncode == 0
+    return active
+
+
 def _acting(args: argparse.Namespace) -> Acting | None:
     if not args.act:
         return None
     policy = act.Policy(restart=bool(args.engine_unit), flap_window_s=args.flap_window,
-                        restart_grace_s=args.restart_grace)
-    return Acting(args.agent_file, _restarter(args.engine_unit), policy, args.ready_hold)
+                        restart_grace_s=args.restart_grace, repair=bool(args.repair_unit),
+                        reboot=args.repair_reboot)
+    ladder = Ladder(args.repair_dir, _starter(args.repair_unit), _active(args.repair_unit),
+                    args.serving_record, args.recurrence_window) if args.repair_unit else None
+    return Acting(args.agent_file, _restarter(args.engine_unit), policy, args.ready_hold,
+                  ladder)
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -86,6 +114,34 @@ def _release(args: argparse.Namespace) -> int:
         return EXIT_CANNOT_READ
     for line in decided.transitions or ["already in: nothing to release"]:
         print(f"{platform.node()}: {line}")
+    return EXIT_HEALTHY
+
+
+def _request_repair(args: argparse.Namespace) -> int:
+    acting = _acting(args)
+    if acting is None or acting.ladder is None:
+        print(f"onecat watch: {platform.node()} has no repair ladder (the watch runs without "
+              "--act or --repair-unit: set watch_repair: true)", file=sys.stderr)
+        return EXIT_CANNOT_READ
+    path = args.state_dir / ACTION_FILE
+    try:
+        saved = json.loads(path.read_text()) if path.exists() else None
+    except (OSError, ValueError):
+        saved = None
+    now = time.time()
+    decided = act.request_repair(saved if isinstance(saved, dict) else None, now, acting.policy)
+    try:
+        if decided.start_repair is not None:
+            decided = order_repair(acting.ladder, decided, now)
+        write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
+        if args.agent_file is not None:
+            answer_agent(args.agent_file, decided.answer, args.ready_hold)
+    except OSError as error:
+        print(f"onecat watch: cannot order a repair on {platform.node()}: {error}",
+              file=sys.stderr)
+        return EXIT_CANNOT_READ
+    for line in decided.transitions:
+        print(f"{platform.node()}: watch: {line}")
     return EXIT_HEALTHY
 
 
@@ -131,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="one look, then exit (the timer calls it every interval)")
     mode.add_argument("--release", action="store_true",
                       help="put a node the watch holds out back in (after an operator's fix)")
+    mode.add_argument("--repair", action="store_true",
+                      help="start the repair ladder now (drain, reset, gate, burn in, readmit)")
     parser.add_argument("--state-dir", type=Path, default=Path("/var/lib/onecat/watch"),
                         help="the previous look's readings (default: /var/lib/onecat/watch)")
     parser.add_argument("--verdict-file", type=Path, default=Path("/run/onecat/verdict.json"),
@@ -186,6 +244,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--restart-grace", type=float, default=act.Policy.restart_grace_s,
                         metavar="SECONDS", help="how long a restarted engine may take to answer "
                                                 "(default %(default)s)")
+    parser.add_argument("--repair-unit", default="",
+                        help="the repair ladder's unit (onecat-repair.service), started with an "
+                             "order when a GPU reset or a reboot can clear a fault; empty: "
+                             "such a node is held for an operator")
+    parser.add_argument("--repair-dir", type=Path, default=Path("/var/lib/onecat/repair"),
+                        help="the ladder's order, progress, history and service report")
+    parser.add_argument("--repair-reboot", action="store_true",
+                        help="the ladder may reboot the node when a reset cannot clear a fault")
+    parser.add_argument("--recurrence-window", type=timespan_seconds, default=7 * 86400.0,
+                        metavar="TIMESPAN",
+                        help="a card whose fault returns this soon after its repair needs "
+                             "service (systemd time span, e.g. 7d; default 7 days)")
     parser.add_argument("--interval", metavar="TIMESPAN",
                         help="the timer's interval (systemd time span: 60s, 5min, 1h): the "
                              "verdict says it is stale after three of them without a look")
@@ -202,6 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--interval: {error}")
     if args.release:
         return _release(args)
+    if args.repair:
+        return _request_repair(args)
     if args.probe_url and not (args.probe_model and args.probe_prompts):
         parser.error("--probe-url needs --probe-model and --probe-prompts")
     if args.probe_prompts and not args.probe_prompts.is_file():

@@ -13,23 +13,33 @@ lasts is drained again by the next look).
 
 Pure: `step` takes the saved state, the look and the time, and returns the new state and
 what to do; look.py does it.
+
+The repair ladder (issue 31, onecat/repair): with `Policy.repair`, a fault a GPU reset or a
+reboot can clear (remedies.py's table) is not held for an operator: the node goes to
+`repairing` and onecat-repair.service climbs the ladder (lease, engine stopped, GPUs reset,
+judged, started, gated, burned in); the watch answers the gateway meanwhile and readmits the
+node when the runner says it passed. A fault back within the recurrence window of a repair of
+the same card, or one that needs the card replaced, ends in `service` (service required).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from onecat.health.judge import ERROR
+from onecat.repair import remedies
 
 from .deltas import Finding
 
 IN, DRAINING, RESTARTED, HELD = "in", "draining", "restarted", "held"
-MODES = (IN, DRAINING, RESTARTED, HELD)
-# Events an engine restart can clear: a channel the driver reset (a fatal Xid), answers that
-# went bad (the seed's pitfall 5.5). A condition (a state the health judge reports on every
-# look) is never restartable: the GPU's state outlives the engine.
-RESTARTABLE = frozenset(("xid", "quality"))
+REPAIRING, SERVICE = "repairing", "service"
+MODES = (IN, DRAINING, RESTARTED, HELD, REPAIRING, SERVICE)
+# What an engine restart can clear is remedies.py's table (rung "restart"): a channel the
+# driver reset (a fatal Xid), answers that went bad (the seed's pitfall 5.5). A condition (a
+# state the health judge reports on every look) is never restartable: the GPU's state outlives
+# the engine.
 # The look itself could not complete (NVML failed, an exception): the watch is blind. It
 # fails closed: the node drains and stays drained while the watch cannot look, and comes
 # back by itself once a complete look finds nothing (no restart, no hold for blindness alone).
@@ -46,6 +56,26 @@ class Policy:
     flap_window_s: float = 3600.0
     # How long a restarted engine may take to answer again before the node is held out.
     restart_grace_s: float = 900.0
+    # Climb the repair ladder (GPU reset) instead of holding the node for an operator.
+    repair: bool = False
+    # The ladder's last rung: reboot the node when a reset fails or cannot clear the fault.
+    reboot: bool = False
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What the watch knows of the repair ladder at this look (look.py reads it)."""
+
+    # The node serves (the serve stage recorded it): only a serving node is repaired; one the
+    # rollout held out is the rollout's (an operator's `onecat repair`).
+    serving: bool = False
+    # The runner's progress file (onecat/repair/run.py), None when there is none.
+    progress: dict[str, Any] | None = None
+    # Whether onecat-repair.service runs now.
+    runner_active: bool = False
+    # The earlier repair of the same card within the recurrence window, when this look's
+    # fault is back (look.py asks history.recurred): service required.
+    recurred: dict[str, Any] | None = None
 
 
 @dataclass
@@ -56,11 +86,15 @@ class Action:
     answer: str
     restart_engine: bool = False
     transitions: list[str] = field(default_factory=list)
+    # A repair order for onecat-repair.service (its rungs, the fault, the order id).
+    start_repair: dict[str, Any] | None = None
+    # The node just became "service required": write the report.
+    service_report: bool = False
 
 
 def initial_state() -> dict[str, Any]:
     return {"mode": IN, "since": None, "reason": "", "restartable": False, "restarts": [],
-            "blind": False}
+            "blind": False, "rungs": [], "service": [], "faults": [], "order": None}
 
 
 def _clean_reason(findings: list[Finding]) -> str:
@@ -75,7 +109,24 @@ def _answer(mode: str, reason: str, readmitted: bool) -> str:
         return "ready up" if readmitted else "up"
     if mode == DRAINING:
         return f"drain #onecat-watch: {reason}"
+    if mode == SERVICE:
+        return f"maint down #onecat-watch service required: {reason}"
     return f"maint down #onecat-watch {mode}: {reason}"
+
+
+def _plan(faults: list[Finding]) -> remedies.Plan:
+    return remedies.plan((f.code, f.xid) for f in faults)
+
+
+def _remember(state: dict[str, Any], faults: list[Finding]) -> None:
+    """Keep what the ladder needs of a fault: its plan and the findings themselves."""
+    plan = _plan(faults)
+    state.update(rungs=list(plan.rungs), service=list(plan.service),
+                 held_by=list(plan.held_by), faults=[f.as_dict() for f in faults])
+
+
+def _clip(text: str) -> str:
+    return "".join(ch if " " <= ch <= "~" else " " for ch in text)[:180]
 
 
 def step(
@@ -84,13 +135,16 @@ def step(
     now: float,
     policy: Policy | None = None,
     probe_unreachable: bool = False,
+    repair: Repair | None = None,
 ) -> Action:
     """One look's decision.
 
     `probe_unreachable`: the quality probe could not reach the server at all (an engine
     still loading after a restart): not back yet. A server that does not answer is the
-    gateway's own health check's business (look.py makes it a warning), not a fault here."""
+    gateway's own health check's business (look.py makes it a warning), not a fault here.
+    `repair`: the ladder's view (None: no ladder, a node is held for an operator)."""
     policy = policy or Policy()
+    repair = repair or Repair()
     state = {**initial_state(), **(saved or {})}
     if state["mode"] not in MODES:
         state = initial_state()
@@ -98,6 +152,8 @@ def step(
     state["restarts"] = recent
     faults = [f for f in findings if f.severity == ERROR]
     mode, transitions, restart, readmitted = state["mode"], [], False, False
+    order: dict[str, Any] | None = None
+    report = False
 
     def go(new_mode: str, why: str) -> None:
         nonlocal mode
@@ -105,8 +161,58 @@ def step(
         mode = new_mode
         state.update(mode=new_mode, since=now)
 
+    def climb(why: str) -> None:
+        """Up the ladder past the restart: service, a repair order, or held."""
+        nonlocal order, report
+        rungs = [r for r in state.get("rungs") or [] if r != remedies.RESTART]
+        if state.get("service"):
+            state["reason"] = _clip(f"the card must be replaced ({', '.join(state['service'])})"
+                                    f": {state['reason']}")
+            report = True
+            go(SERVICE, state["reason"])
+        elif repair.recurred is not None and rungs:
+            when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(repair.recurred["at"])))
+            state["reason"] = _clip(f"back after its {repair.recurred.get('rung')} "
+                                    f"repair of {when}: {state['reason']}")
+            report = True
+            go(SERVICE, state["reason"])
+        elif policy.repair and repair.serving and rungs and not state.get("held_by"):
+            allowed = [r for r in rungs if r != remedies.REBOOT or policy.reboot]
+            if not allowed:
+                state["reason"] = _clip(f"only a reboot clears it (onecat_repair_reboot is "
+                                        f"off): {state['reason']}")
+                go(HELD, state["reason"])
+                return
+            order = {"id": f"{now:.0f}", "rungs": allowed, "reason": state["reason"],
+                     "faults": state.get("faults") or [], "fault_seen": state.get("since")}
+            state["order"] = order["id"]
+            go(REPAIRING, f"{allowed[0]} after: {state['reason']}")
+        else:
+            state["reason"] = _clip(f"{why}: {state['reason']}")
+            go(HELD, state["reason"])
+
     blind = bool(faults) and all(f.code == CANNOT_LOOK for f in faults)
-    if mode == DRAINING and state.get("blind"):
+    if mode == REPAIRING:
+        progress = repair.progress or {}
+        current = progress.get("order") == state.get("order")
+        stage = str(progress.get("step") or "ordered") if current else "ordered"
+        if current and stage == "readmitted":
+            readmitted = True
+            state.update(reason="", rungs=[], service=[], faults=[])
+            go(IN, f"repaired ({progress.get('rung') or 'reset'}), gated and burned in")
+        elif current and stage == "service_required":
+            state["reason"] = _clip(str(progress.get("reason") or "service required"))
+            go(SERVICE, state["reason"])
+        elif current and stage == "failed":
+            state["reason"] = _clip(f"the repair failed: {progress.get('reason') or '?'}")
+            go(HELD, state["reason"])
+        elif not repair.runner_active:
+            # The runner stopped before its end (it crashed, the node rebooted): it resumes.
+            order = {"id": state.get("order"), "resume": True}
+            transitions.append(f"{REPAIRING} -> {REPAIRING}: the repair runner is not running "
+                               f"({stage}): started again")
+        state["step"] = stage
+    elif mode == DRAINING and state.get("blind"):
         if blind:
             pass  # still cannot look: stay drained, nothing else to decide
         elif not faults:
@@ -115,15 +221,18 @@ def step(
             go(IN, "the watch can look again and finds nothing wrong")
         else:
             # It can look again and sees a fault: judged from here as any other fault.
+            _remember(state, faults)
             state.update(blind=False, reason=_clean_reason(findings), restartable=(
-                policy.restart and not recent and all(f.code in RESTARTABLE for f in faults)))
+                policy.restart and not recent and state["rungs"][:1] == [remedies.RESTART]))
             transitions.append(f"{DRAINING} -> {DRAINING}: {state['reason']}")
     elif mode == IN and faults:
         state["reason"] = _clean_reason(findings)
         state["blind"] = blind
+        if not blind:
+            _remember(state, faults)
         state["restartable"] = not blind and (
-            policy.restart and not recent and all(f.code in RESTARTABLE for f in faults)
-        )
+            policy.restart and not recent and state["rungs"][:1] == [remedies.RESTART]
+            and not state.get("held_by") and not state.get("service"))
         go(DRAINING, state["reason"])
     elif mode == DRAINING:
         if state["restartable"]:
@@ -131,10 +240,9 @@ def step(
             state["restarts"] = [*recent, now]
             go(RESTARTED, f"engine restarted after: {state['reason']}")
         else:
-            why = "a second fault within the flap window" if recent else "a restart cannot clear it"
             # The gateway's stats page shows why it is held, then what the fault was.
-            state["reason"] = f"{why}: {state['reason']}"[:180]
-            go(HELD, state["reason"])
+            climb("a second fault within the flap window" if recent
+                  else "a restart cannot clear it")
     elif mode == RESTARTED:
         if probe_unreachable:
             if now - float(state["since"]) >= policy.restart_grace_s:
@@ -142,22 +250,42 @@ def step(
                 state["reason"] = f"the engine did not answer within {grace} of its restart"
                 go(HELD, state["reason"])
         elif faults:
-            state["reason"] = f"faulty again after the restart: {_clean_reason(findings)}"
-            go(HELD, state["reason"])
+            _remember(state, faults)
+            state["reason"] = _clean_reason(findings)
+            climb("faulty again after the restart")
         else:
             readmitted = True
             go(IN, "clean after the restart")
-    return Action(state, _answer(mode, state["reason"], readmitted), restart, transitions)
+    return Action(state, _answer(mode, state["reason"], readmitted), restart, transitions,
+                  order, report)
 
 
 def release(saved: dict[str, Any] | None, now: float) -> Action:
     """An operator's `--release`: the node goes back in (the next look judges it afresh)."""
     state = {**initial_state(), **(saved or {})}
     was = state["mode"]
-    state.update(mode=IN, since=now, reason="", restartable=False, blind=False)
+    state.update(mode=IN, since=now, reason="", restartable=False, blind=False, rungs=[],
+                 service=[], faults=[], order=None)
     if was == IN:
         return Action(state, "up", False, [])
     return Action(state, "ready up", False, [f"{was} -> {IN}: released by an operator"])
+
+
+def request_repair(saved: dict[str, Any] | None, now: float, policy: Policy) -> Action:
+    """An operator's `onecat repair`: the ladder from the reset, whatever the node's mode
+    (a node already repairing keeps its order)."""
+    state = {**initial_state(), **(saved or {})}
+    was = state["mode"] if state["mode"] in MODES else IN
+    if was == REPAIRING:
+        return Action(state, _answer(REPAIRING, state["reason"], False), False,
+                      ["already repairing: the order stands"])
+    rungs = ["reset", *(["reboot"] if policy.reboot else [])]
+    order = {"id": f"{now:.0f}", "rungs": rungs, "reason": "requested by an operator",
+             "faults": []}
+    state.update(mode=REPAIRING, since=now, reason=order["reason"], order=order["id"],
+                 rungs=rungs, service=[], faults=[], blind=False)
+    return Action(state, _answer(REPAIRING, state["reason"], False), False,
+                  [f"{was} -> {REPAIRING}: requested by an operator"], order)
 
 
 def restart_failed(action: Action, failure: str, now: float) -> Action:

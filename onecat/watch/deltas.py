@@ -73,10 +73,14 @@ class Finding:
     code: str
     gpu: str | None
     message: str
+    # The Xid code of an "xid" finding: which repair can clear it depends on it
+    # (onecat/repair/remedies.py).
+    xid: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        extra = {} if self.xid is None else {"xid": self.xid}
         return {"severity": self.severity, "code": self.code, "gpu": self.gpu,
-                "message": self.message}
+                "message": self.message, **extra}
 
 
 def watch_thresholds(expected_gpus: int | None = None) -> Thresholds:
@@ -188,7 +192,7 @@ def _xid_findings(before: dict[str, Any] | None, now: dict[str, Any]) -> Iterabl
         advice = "; NVIDIA's catalog says the card failed: drain the node" if fatal else ""
         yield Finding(ERROR if fatal else WARNING, "xid", bus,
                       f"the kernel logged Xid {code} ({meaning}) {rise} more time(s) on the GPU "
-                      f"at {bus} since the last look{advice}")
+                      f"at {bus} since the last look{advice}", xid=code)
 
 
 def _volatile_reset(gpu: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from typing import Any
 
 from onecat.health.judge import ERROR, WARNING, Thresholds
 from onecat.health.nvml import gather
+from onecat.repair import files as repair_files
+from onecat.repair import history as repair_history
 
 from . import act, throttle
 from .deltas import UNHEALTHY, Finding, Limits, change_findings, state_findings, verdict
@@ -89,6 +92,18 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Ladder:
+    """The repair ladder's seams (onecat/repair): its folder (order, progress, history,
+    report), its runner unit, and the window a repaired card's fault must not return in."""
+
+    state_dir: Path
+    start_runner: Callable[[], str | None]
+    runner_active: Callable[[], bool]
+    serving_record: Path
+    recurrence_window_s: float = 7 * 86400.0
+
+
+@dataclass(frozen=True)
 class Acting:
     """What the watch may do about a fault: the gateway agent's answer file and the engine."""
 
@@ -97,6 +112,8 @@ class Acting:
     policy: act.Policy = field(default_factory=act.Policy)
     # How long "ready" is answered before plain "up" (three of the gateway's agent checks).
     ready_hold_s: float = 6.0
+    # The repair ladder (policy.repair), None: a fault no restart clears is held.
+    ladder: Ladder | None = None
 
 
 def answer_agent(agent_file: Path, answer: str, ready_hold_s: float) -> None:
@@ -193,20 +210,80 @@ def _expired(expires_file: Path, now: float) -> bool:
         return False
 
 
+def _repair_view(ladder: Ladder | None, findings: list[Finding],
+                 readings: dict[str, Any] | None, now: float) -> act.Repair | None:
+    """What the ladder knows at this look: serving, the runner's progress, and whether this
+    look's fault came back on a card the ladder repaired within the window."""
+    if ladder is None:
+        return None
+    faults = [f.as_dict() for f in findings if f.severity == ERROR]
+    recurred = None
+    if faults and readings:
+        past = repair_history.load(_read_json(ladder.state_dir / repair_files.HISTORY_FILE))
+        recurred = repair_history.recurred(past, repair_history.cards_of(faults, readings), now,
+                                    ladder.recurrence_window_s)
+    return act.Repair(serving=_read_json(ladder.serving_record) is not None,
+                      progress=_read_json(ladder.state_dir / repair_files.PROGRESS_FILE),
+                      runner_active=ladder.runner_active(), recurred=recurred)
+
+
+def order_repair(ladder: Ladder, decided: act.Action, now: float) -> act.Action:
+    """Hand the order to onecat-repair.service (a new order replaces the last one's progress;
+    a resumed one keeps it); hold the node out when the runner cannot be started."""
+    order = decided.start_repair or {}
+    if not order.get("resume"):
+        write_atomic(ladder.state_dir / repair_files.ORDER_FILE,
+                     json.dumps(order, indent=2, sort_keys=True) + "\n", 0o600)
+        (ladder.state_dir / repair_files.PROGRESS_FILE).unlink(missing_ok=True)
+    failure = ladder.start_runner()
+    if failure:
+        return act.restart_failed(decided, f"onecat-repair.service did not start: {failure}",
+                                  now)
+    return decided
+
+
+def _service_report(ladder: Ladder, decided: act.Action, readings: dict[str, Any] | None,
+                    now: float, repair: act.Repair | None) -> None:
+    faults = [f for f in decided.state.get("faults") or [] if isinstance(f, dict)]
+    cards = repair_history.cards_of(faults, readings or {})
+    earlier = repair.recurred if repair is not None else None
+    document = repair_history.report(node=platform.node(), now=now, reason=decided.state["reason"],
+                              cards=cards, readings=readings or {}, earlier=earlier, tried=[])
+    write_atomic(ladder.state_dir / repair_files.REPORT_FILE,
+                 json.dumps(document, indent=2, sort_keys=True) + "\n")
+    past = repair_history.load(_read_json(ladder.state_dir / repair_files.HISTORY_FILE))
+    past = repair_history.record(past, at=now, cards=cards, fault=decided.state["reason"], tried=[],
+                          outcome=repair_history.SERVICE_REQUIRED)
+    write_atomic(ladder.state_dir / repair_files.HISTORY_FILE,
+                 json.dumps(past, sort_keys=True) + "\n", 0o600)
+    # The gateway's stats page and `onecat status` name the card for the ticket.
+    decided.state["reason"] = "".join(ch if " " <= ch <= "~" else " "
+                                      for ch in document["summary"])[:180]
+    decided.answer = f"maint down #onecat-watch service required: {decided.state['reason']}"
+    decided.transitions.append(f"service report: {document['summary'][:200]}")
+
+
 def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: float,
          probe_unreachable: bool = False, stale_after_s: float | None = None,
+         readings: dict[str, Any] | None = None,
          ) -> tuple[str | None, list[str], str]:
     """Decide what to do about a look (act.step), do it, and record it: the engine restart,
-    the saved state, the gateway agent's answer and when it expires. Returns the node's mode,
-    the transitions and the reason it is out ("" when in)."""
+    the repair order, the saved state, the gateway agent's answer and when it expires. Returns
+    the node's mode, the transitions and the reason it is out ("" when in)."""
     if acting is None:
         return None, [], ""
+    ladder = acting.ladder if acting.policy.repair else None
+    repair = _repair_view(ladder, findings, readings, now)
     decided = act.step(_read_json(state_dir / ACTION_FILE), findings, now, acting.policy,
-                       probe_unreachable=probe_unreachable)
+                       probe_unreachable=probe_unreachable, repair=repair)
     if decided.restart_engine:
         failure = acting.restart_engine()
         if failure:
             decided = act.restart_failed(decided, failure, now)
+    if ladder is not None and decided.start_repair is not None:
+        decided = order_repair(ladder, decided, now)
+    if ladder is not None and decided.service_report:
+        _service_report(ladder, decided, readings, now, repair)
     write_atomic(state_dir / ACTION_FILE, json.dumps(decided.state, sort_keys=True) + "\n",
                  0o600)
     if acting.agent_file is not None:
@@ -223,6 +300,8 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
         answer_agent(acting.agent_file, answer, acting.ready_hold_s)
     mode = decided.state["mode"]
     reason = "" if mode == act.IN else str(decided.state.get("reason") or "")
+    if mode == act.REPAIRING:
+        reason = f"{decided.state.get('step') or 'ordered'}: {reason}"
     return mode, decided.transitions, reason
 
 
@@ -251,7 +330,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
     result = verdict(findings)
     unreachable = bool(results) and not any(r.reached for r in results)
     mode, transitions, reason = _act(acting, state_dir, findings, now, unreachable,
-                                     stale_after_s)
+                                     stale_after_s, readings)
     stamp = _stamp(now)
     write_atomic(state_dir / LAST_SUCCESS_FILE, f"{now:.0f}\n", 0o600)
     write_atomic(state_dir / THROTTLE_FILE, json.dumps(history, sort_keys=True) + "\n", 0o600)
@@ -274,8 +353,17 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
             readings, result, findings,
             probe_ok=all(r.ok for r in results) if results else None,
             probe_seconds=sum(r.seconds for r in results) if results else None, mode=mode,
-            last_success=now, throttle_looks=history.get("looks")))
+            last_success=now, throttle_looks=history.get("looks"),
+            repairs=_repair_counts(acting)))
     return result, findings, transitions
+
+
+def _repair_counts(acting: Acting | None) -> dict[str, int] | None:
+    """The ladder's outcome counters (history.json), None without a ladder."""
+    if acting is None or acting.ladder is None or not acting.policy.repair:
+        return None
+    past = repair_history.load(_read_json(acting.ladder.state_dir / repair_files.HISTORY_FILE))
+    return dict(past["counts"])
 
 
 def boot_id(path: Path = BOOT_ID_FILE) -> str | None:

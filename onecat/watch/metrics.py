@@ -58,7 +58,8 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
            probe_ok: bool | None = None, probe_seconds: float | None = None,
            mode: str | None = None, up: bool = True,
            last_success: float | None = None,
-           throttle_looks: dict[str, Any] | None = None) -> str:
+           throttle_looks: dict[str, Any] | None = None,
+           repairs: dict[str, int] | None = None) -> str:
     """The metrics file's text for one look at the node; `up` is False for a look that could
     not complete (then `readings` is empty and only the watch's own state is written)."""
     lines = [
@@ -139,4 +140,10 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
         _metric(lines, "onecat_watch_mode", "gauge",
                 "The watch's mode: " + ", ".join(f"{i} {m}" for i, m in enumerate(MODES)) + ".")
         lines.append(f"onecat_watch_mode {MODES.index(mode) if mode in MODES else -1}")
+    if repairs is not None:
+        # Counters: they only grow (history.json keeps them across reboots).
+        _metric(lines, "onecat_repairs_total", "counter",
+                "Repairs the ladder ended, by outcome (readmitted, service_required, failed).")
+        lines += [f"onecat_repairs_total{_labels(outcome=outcome)} {count}"
+                  for outcome, count in sorted(repairs.items())]
     return "\n".join(lines) + "\n"

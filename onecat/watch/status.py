@@ -148,6 +148,11 @@ def row(host: str, verdict: Any, node: Any, now: float, rollout: Any = None,
         probe += f" ({sum(_seconds(p.get('seconds')) for p in probes):.1f} s)"
     findings = _records(verdict.get("findings"))
     mode = verdict.get("mode")
+    if mode == "repairing":
+        # "repairing: resetting" (the runner's step leads its reason, look.py).
+        watch = f"repairing: {str(verdict.get('reason') or '').split(':', 1)[0] or '?'}"
+    elif mode == "service":
+        watch = "service required"
     if gateway == "in" and mode not in (None, "in"):
         # The deploy keeps it in; the node's watch took it out (the agent answers for both).
         gateway = "draining (watch)" if mode == "draining" else f"out (watch: {mode})"

@@ -24,6 +24,10 @@ SOURCE = HERE / "nvml_double.c"
 SCENARIOS = HERE / "scenarios"
 LIBRARY_NAME = "libnvidia-ml.so.1"
 SCENARIO_ENV = "ONECAT_NVML_DOUBLE_SCENARIO"
+# The node's boot (Unix seconds) as the double sees it; unset: the start of PID 1.
+BOOT_ENV = "ONECAT_NVML_DOUBLE_BOOT"
+# Where nvidia-smi -r records resets ($RUN/gpu-reset/<i>); a reboot empties it (a tmpfs).
+RUN_DIR_ENV = "ONECAT_TEST_RUN_DIR"
 
 # What a driver from before the R535 renames and the _v3 process calls lacks.
 LEGACY_DRIVER_HIDDEN = (

@@ -22,12 +22,25 @@
  * nvmlDeviceGetHandleByIndex and every per-device call answer NVML_ERROR_GPU_IS_LOST
  * (15) "if the target GPU has fallen off the bus or is otherwise inaccessible", while
  * nvmlDeviceGetCount keeps counting it until the driver reloads.
+ * Scopes: `key!reset = value` holds until GPU <i> of that gpu.<i>.* key is reset (nvidia-smi -r
+ * records it in $ONECAT_TEST_RUN_DIR/gpu-reset/<i>, default /run/onecat-test) or the node
+ * reboots; `key!reboot = value` until the node reboots. A scoped entry that still holds wins
+ * over the same key without a scope (so the base value answers once it is cleared: a reset
+ * reads the volatile ECC counters and the pending retirement of the included healthy scenario).
+ * With a timeline the scope comes last: `key@30!reset = 1`. A scoped fault takes effect at its
+ * timeline time, or without one when the scenario was written (the newest mtime of its files);
+ * a reset or boot after that moment clears it. `gpu.<i>.recur_after = S` brings GPU i's cleared
+ * faults back S seconds after the reset or boot that cleared them (a card that really is bad).
+ * Boot: ONECAT_NVML_DOUBLE_BOOT (Unix seconds) or the start of PID 1 (btime in /proc/stat plus
+ * starttime in /proc/1/stat): a simulated node's reboot is its container's restart.
  */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int nvmlReturn_t;
 #define NVML_SUCCESS 0
@@ -85,12 +98,24 @@ typedef struct {
 
 /* ---- scenario store ---------------------------------------------------- */
 
+#define SCOPE_NONE 0
+#define SCOPE_RESET 1  /* key!reset: until GPU <gpu> is reset or the node reboots */
+#define SCOPE_REBOOT 2 /* key!reboot: until the node reboots */
+
 static struct {
     char *key;
     char *value;
     double after; /* seconds since nvmlInit before the entry applies (timelines) */
+    int timed;    /* key@<seconds> */
+    int scope;    /* SCOPE_* */
+    int gpu;      /* <i> of a gpu.<i>.* key, else -1 */
 } entries[MAX_ENTRIES];
 static struct timespec init_time;
+static double init_epoch;          /* nvmlInit on the wall clock (Unix seconds) */
+static double scenario_mtime;      /* newest mtime of the scenario's files: when it was written */
+static double boot_epoch;          /* the node's boot (Unix seconds); <0: not read yet */
+static double boot_override = -1;  /* ONECAT_NVML_DOUBLE_BOOT */
+static int any_scoped;
 /* ONECAT_NVML_DOUBLE_START (Unix seconds): the hardware's clock. A real GPU heats, throttles
  * and fails on the wall clock, whoever reads it: the watch reads it from a new process every
  * interval, the burn-in every second. With the variable set, timelines count from it (every
@@ -106,6 +131,92 @@ static double seconds_since_init(void) {
     clock_gettime(CLOCK_MONOTONIC, &now);
     return (double)(now.tv_sec - init_time.tv_sec) + (now.tv_nsec - init_time.tv_nsec) / 1e9;
 }
+static double wall_now(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (double)now.tv_sec + now.tv_nsec / 1e9;
+}
+
+/* The node's boot: the start of PID 1 (a simulated node's reboot restarts its container, whose
+ * PID 1 is systemd; on a machine, PID 1 starts at boot), or ONECAT_NVML_DOUBLE_BOOT. 0 (never
+ * booted after anything) when it cannot be read. Read once per nvmlInit: no process outlives a
+ * reboot. */
+static double boot_time(void) {
+    if (boot_epoch >= 0) return boot_epoch;
+    boot_epoch = 0;
+    if (boot_override >= 0) return boot_epoch = boot_override;
+    FILE *f = fopen("/proc/stat", "r");
+    char line[512];
+    double btime = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "btime %lf", &btime) == 1) break;
+    if (f) fclose(f);
+    f = fopen("/proc/1/stat", "r");
+    if (!f || btime < 0) {
+        if (f) fclose(f);
+        return boot_epoch;
+    }
+    char stat[1024];
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    char *p = strrchr(stat, ')'); /* the command may hold spaces and parentheses */
+    unsigned long long start = 0;
+    /* After "(comm)": state is field 3, starttime field 22. */
+    if (p && sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                           "%*d %*d %llu", &start) == 1) {
+        long tick = sysconf(_SC_CLK_TCK);
+        boot_epoch = btime + (double)start / (double)(tick > 0 ? tick : 100);
+    }
+    return boot_epoch;
+}
+
+/* When GPU <gpu> was last reset: $ONECAT_TEST_RUN_DIR/gpu-reset/<gpu> holds the Unix seconds
+ * (nvidia-smi -r writes them; /run is a tmpfs, a reboot empties it). The file's own mtime
+ * refines a reset within that second. -1: none recorded. */
+static double reset_time(int gpu) {
+    const char *run = getenv("ONECAT_TEST_RUN_DIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gpu-reset/%d", run && *run ? run : "/run/onecat-test", gpu);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    double at = -1;
+    long long seconds;
+    struct stat st;
+    if (fscanf(f, "%lld", &seconds) == 1) {
+        at = (double)seconds;
+        if (fstat(fileno(f), &st) == 0 && st.st_mtim.tv_sec == seconds)
+            at = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
+    }
+    fclose(f);
+    return at;
+}
+
+static const char *lookup_plain(const char *key);
+
+/* Does scoped entry i still hold? It took effect at its timeline time (else when the scenario
+ * was written); the latest reset of its GPU (!reset only) or boot after that clears it, until
+ * gpu.<i>.recur_after seconds later. */
+static int scoped_holds(int i) {
+    double origin = start_epoch >= 0 ? start_epoch : init_epoch;
+    double effect = entries[i].timed ? origin + entries[i].after : scenario_mtime;
+    double cleared = -1, boot = boot_time();
+    if (boot > effect) cleared = boot;
+    if (entries[i].scope == SCOPE_RESET) {
+        double reset = reset_time(entries[i].gpu);
+        if (reset > effect && reset > cleared) cleared = reset;
+    }
+    if (cleared < 0) return 1;
+    if (entries[i].gpu >= 0) {
+        char key[64];
+        snprintf(key, sizeof key, "gpu.%d.recur_after", entries[i].gpu);
+        const char *recur = lookup_plain(key);
+        if (recur && strncmp(recur, "ERR:", 4) != 0 && wall_now() >= cleared + strtod(recur, NULL))
+            return 1;
+    }
+    return 0;
+}
+
 static int n_entries;
 static int init_refcount;
 static struct nvmlDevice_st devices[MAX_DEVICES];
@@ -135,6 +246,11 @@ static int load_file(const char *path, int depth) {
         fprintf(stderr, "nvml double: cannot read scenario %s\n", path);
         return -1;
     }
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0) {
+        double written = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
+        if (written > scenario_mtime) scenario_mtime = written;
+    }
     char line[1024];
     int rc = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
@@ -160,6 +276,21 @@ static int load_file(const char *path, int depth) {
             rc = -1;
             break;
         }
+        int scope = SCOPE_NONE, gpu = -1;
+        char *bang = strchr(key, '!');
+        if (bang) {
+            *bang = '\0';
+            char *name = trim(bang + 1);
+            if (strcmp(name, "reset") == 0) scope = SCOPE_RESET;
+            else if (strcmp(name, "reboot") == 0) scope = SCOPE_REBOOT;
+            else {
+                fprintf(stderr, "nvml double: unknown scope !%s in %s (%s)\n", name, key, path);
+                rc = -1;
+                break;
+            }
+            key = trim(key);
+            any_scoped = 1;
+        }
         double after = 0;
         char *at = strchr(key, '@');
         if (at) {
@@ -173,9 +304,21 @@ static int load_file(const char *path, int depth) {
             }
             key = trim(key);
         }
+        unsigned int index;
+        int consumed = 0;
+        if (sscanf(key, "gpu.%u.%n", &index, &consumed) == 1 && consumed > 0) gpu = (int)index;
+        if (scope == SCOPE_RESET && gpu < 0) {
+            fprintf(stderr, "nvml double: %s!reset names no GPU (gpu.<i>.*) to reset (%s)\n", key,
+                    path);
+            rc = -1;
+            break;
+        }
         entries[n_entries].key = strdup(key);
         entries[n_entries].value = strdup(value);
         entries[n_entries].after = after;
+        entries[n_entries].timed = at != NULL;
+        entries[n_entries].scope = scope;
+        entries[n_entries].gpu = gpu;
         n_entries++;
     }
     fclose(f);
@@ -183,18 +326,28 @@ static int load_file(const char *path, int depth) {
 }
 
 /* The last definition of a key that applies by now wins, so an including file can
- * override, and a timeline entry overrides once its time has come. */
-static const char *lookup(const char *key) {
+ * override, and a timeline entry overrides once its time has come. A scoped entry (!reset,
+ * !reboot) that still holds wins over every entry without a scope. */
+static const char *find(const char *key, int scoped) {
     double elapsed = -1;
     for (int i = n_entries - 1; i >= 0; i--) {
-        if (strcmp(entries[i].key, key) != 0) continue;
+        if ((entries[i].scope != SCOPE_NONE) != scoped || strcmp(entries[i].key, key) != 0)
+            continue;
         if (entries[i].after > 0) {
             if (elapsed < 0) elapsed = seconds_since_init();
             if (elapsed < entries[i].after) continue;
         }
+        if (scoped && !scoped_holds(i)) continue;
         return entries[i].value;
     }
     return NULL;
+}
+
+static const char *lookup_plain(const char *key) { return find(key, 0); }
+
+static const char *lookup(const char *key) {
+    const char *v = any_scoped ? find(key, 1) : NULL;
+    return v ? v : find(key, 0);
 }
 
 static nvmlReturn_t err_value(const char *v) {
@@ -304,6 +457,21 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
         return NVML_ERROR_UNKNOWN;
     }
     clock_gettime(CLOCK_MONOTONIC, &init_time);
+    init_epoch = wall_now();
+    scenario_mtime = 0;
+    any_scoped = 0;
+    boot_epoch = -1;
+    boot_override = -1;
+    const char *boot = getenv("ONECAT_NVML_DOUBLE_BOOT");
+    if (boot && *boot) {
+        char *end;
+        double at = strtod(boot, &end);
+        if (end == boot || *end || at < 0) {
+            fprintf(stderr, "nvml double: ONECAT_NVML_DOUBLE_BOOT=%s is not Unix seconds\n", boot);
+            return NVML_ERROR_UNKNOWN;
+        }
+        boot_override = at;
+    }
     const char *start = getenv("ONECAT_NVML_DOUBLE_START");
     start_epoch = -1;
     if (start && *start) {

@@ -14,12 +14,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from build_double import LEGACY_DRIVER_HIDDEN, SCENARIO_ENV, SCENARIOS, build
+from build_double import (
+    BOOT_ENV,
+    LEGACY_DRIVER_HIDDEN,
+    RUN_DIR_ENV,
+    SCENARIO_ENV,
+    SCENARIOS,
+    build,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
-__all__ = ["LEGACY_DRIVER_HIDDEN", "REPO", "SCENARIOS", "build", "double_env", "kernel_log",
-           "run_facts", "run_health", "scenario_path"]
+__all__ = ["BOOT_ENV", "LEGACY_DRIVER_HIDDEN", "REPO", "RUN_DIR_ENV", "SCENARIOS", "build",
+           "double_env", "kernel_log", "run_facts", "run_health", "scenario_path"]
 
 
 def scenario_path(scenario: str | Path) -> Path:
@@ -44,7 +51,11 @@ def _kernel_log_key(path: Path) -> Path | None:
 
 
 def double_env(libdir: Path, scenario: str | Path) -> dict[str, str]:
+    """The environment of a run on the double. Unless the caller's environment says otherwise,
+    the node booted at Unix time 0 (ONECAT_NVML_DOUBLE_BOOT): a scenario's `!reset`/`!reboot`
+    faults hold however long ago this machine booted or the checkout was written."""
     return {
+        BOOT_ENV: "0",
         **os.environ,
         "LD_LIBRARY_PATH": str(libdir),
         SCENARIO_ENV: str(scenario_path(scenario)),

@@ -71,6 +71,12 @@ EXPECTED = {
     "gpu_lost": ("unhealthy", [(E, "gpu_lost", 1), (E, "xid", None)]),
     # Read at once after nvmlInit, as the deploy's health check reads: its errors come later.
     "ecc_rises_under_load": ("healthy", []),
+    # Before any reset or reboot (the harness's node booted at Unix time 0): the fault holds.
+    "ecc_reset_clears": ("unhealthy", [
+        (E, "ecc_volatile_uncorrected", 1), (E, "retired_pages_pending", 1)]),
+    "ecc_returns_after_reset": ("unhealthy", [
+        (E, "ecc_volatile_uncorrected", 1), (E, "retired_pages_pending", 1)]),
+    "gpu_lost_needs_reboot": ("unhealthy", [(E, "gpu_lost", 1), (E, "xid", None)]),
 }
 
 

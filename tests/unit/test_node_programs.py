@@ -1,4 +1,5 @@
-"""roles/watch and roles/burnin ship exactly the onecat modules their programs import."""
+"""roles/watch and roles/burnin ship exactly the onecat modules their programs import (the
+watch role ships two: the watch and the repair ladder it starts)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 
 
+PROGRAMS = {"watch": ["watch", "repair"], "burnin": ["burnin"]}
+
+
 @pytest.mark.parametrize("role", ["watch", "burnin"])
 def test_the_role_ships_what_its_program_imports(role: str, tmp_path: Path) -> None:
     entry = tmp_path / "entry.py"
-    entry.write_text(f"import onecat.{role}.__main__\n")
+    entry.write_text("".join(f"import onecat.{p}.__main__\n" for p in PROGRAMS[role]))
     finder = modulefinder.ModuleFinder(path=[str(REPO)])
     finder.run_script(str(entry))
     imported = sorted(os.path.relpath(module.__file__, REPO)

@@ -212,3 +212,17 @@ def test_a_watch_that_cannot_look_or_stopped_says_so_with_its_last_success() -> 
     cells = row("fleet-a", stopped, {"serving": True, "in_rotation": True}, NOW)
     assert cells["verdict"] == "stale" and cells["last success"] == "10 min ago"
     assert cells["state"] == "healthy"  # what it last saw, shown as such
+
+
+def test_a_repairing_node_says_its_step_and_a_dead_card_names_itself() -> None:
+    verdict = {"verdict": "unhealthy", "mode": "repairing",
+               "reason": "resetting: GPU 1 has 1 uncorrectable ECC error since the driver loaded",
+               "at": "2026-12-03T16:00:00Z", "last_success": "2026-12-03T16:00:00Z"}
+    cells = row("fleet-a", verdict, {"serving": True, "in_rotation": True}, NOW)
+    assert cells["watch"] == "repairing: resetting"
+    assert cells["gateway"] == "out (watch: repairing)"
+    service = {**verdict, "mode": "service",
+               "reason": "service required: GPU 1 serial 0323117011202 (00000000:5E:00.0): ECC"}
+    cells = row("fleet-a", service, {"serving": True, "in_rotation": True}, NOW)
+    assert cells["watch"] == "service required"
+    assert cells["reason"].startswith("service required: GPU 1 serial 0323117011202")

@@ -305,6 +305,31 @@ async def _run_server(args: argparse.Namespace, knobs: settings_mod.Settings,
             stats.cancel()
 
 
+# The GPU device files the engine holds open until it exits (module-level: never closed).
+_held_devices: list[int] = []
+
+
+def hold_gpu_devices(dev_dir: str) -> list[str]:
+    """Open every DEV_DIR/nvidia<N> as CUDA opens /dev/nvidiaN, and keep it open until exit.
+
+    A GPU reset (nvidia-smi -r) is refused while any process holds the GPU's device file: the
+    real engine holds both GPUs of its pair from CUDA's start to its exit. Those that cannot be
+    opened (none there, a directory, no permission) are skipped: no GPU, nothing held.
+    """
+    held = []
+    for path in sorted(Path(dev_dir).glob("nvidia[0-9]*")):
+        if not path.name[len("nvidia"):].isdigit() or path.is_dir():
+            continue
+        for flags in (os.O_RDWR, os.O_RDONLY):
+            try:
+                _held_devices.append(os.open(path, flags | os.O_CLOEXEC))
+            except OSError:
+                continue
+            held.append(str(path))
+            break
+    return held
+
+
 def serve(args: argparse.Namespace, knobs: settings_mod.Settings) -> int:
     defaults = vars(build_parser().parse_args(["serve"]))
     non_default = {k: v for k, v in vars(args).items() if v != defaults.get(k)}
@@ -325,6 +350,7 @@ def serve(args: argparse.Namespace, knobs: settings_mod.Settings) -> int:
              "model.py:1100")
     if args.attention_backend:
         _log(f"Using {args.attention_backend} backend.", "cuda.py:300")
+    hold_gpu_devices(knobs.dev_dir)  # CUDA's initialisation: from here until exit
     _log(f"Loading model from {resolved['model']} (dtype={resolved['dtype']}, "
          f"tensor_parallel_size={args.tensor_parallel_size})", "gpu_model_runner.py:2338")
     time.sleep(max(knobs.startup_s, 0.0))

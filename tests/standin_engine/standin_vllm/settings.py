@@ -60,6 +60,10 @@ class Settings:
     # STANDIN_EMPTY_TEXT_EVERY=N: every Nth generated token streams with empty text, as vLLM
     # does for special tokens and bytes held back until a UTF-8 character is complete.
     empty_text_every: int = 0
+    # STANDIN_DEV_DIR: where the GPU device files are (nvidia0, nvidia1, ...). While it serves the
+    # engine holds every one open, as CUDA holds /dev/nvidiaN: a GPU reset is refused until it
+    # exits (the simulated node bind-mounts regular files there; nvidia-smi's double checks).
+    dev_dir: str = "/dev"
 
 
 def _convert(kind: type, raw: str) -> object:

@@ -1,0 +1,244 @@
+"""The repair ladder on the simulated fleet (issue 31), after the rollouts (test_rollout.py):
+a card the watch drains for a fault a GPU reset clears is reset and readmitted without an
+operator; the same fault back within the window ends at "service required"; a fault a reset
+cannot clear reboots the node (a container restart); two nodes faulting at once take turns.
+
+Faults are injected where a real card makes them: in the NVML double's scenario, as scoped keys
+(`KEY!reset` holds until the GPU is reset, `KEY!reboot` until the node boots;
+tests/nvml_double/README.md), appended so the file's time is the fault's. The reset is the
+nvidia-smi double's, refused while the engine's container holds the GPUs' device files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import PROJECT
+from test_rollout import (
+    EPHEMERAL,
+    LOAD_TOKENS,
+    MODEL,
+    SCENARIO_A,
+    WATCH,
+    client_key,
+    gateway_servers,
+    gateway_url,
+    node,
+    onecat_status,
+    wait_for,
+    wait_for_servers,
+    watch_verdict,
+)
+
+sys.path.insert(0, str(PROJECT / "tests"))
+sys.path.insert(0, str(PROJECT / "benchmarks"))
+from gateway_load import LoadClient, failed, truncated
+from repair import breakdown
+
+SCENARIO_B = "/opt/onecat-test/nvml/scenarios/healthy_nvlink_pair.scenario"
+# The seed's fault: uncorrectable errors since the driver loaded and a page pending retirement
+# on GPU 1, both cleared by a reset of that GPU (and back if the card is bad).
+ECC_GPU1 = "gpu.1.ecc.volatile.uncorrected!reset = 1\ngpu.1.retired.pending!reset = 1\n"
+ECC_GPU0 = "gpu.0.ecc.volatile.uncorrected!reset = 1\ngpu.0.retired.pending!reset = 1\n"
+# Xid 79's state: GPU 1 lost (the driver still counts it), until the node boots.
+LOST_GPU1 = "gpu.1.lost!reboot = 1\n"
+SERIAL_A1 = "0323117011202"  # fleet-a's GPU 1 (healthy_pcie_pair.scenario)
+PROGRESS = "/var/lib/onecat/repair/progress.json"
+REPORT = "/var/lib/onecat/repair/service-required.json"
+JOURNAL = "journalctl -u onecat-repair.service -u onecat-watch.service --no-pager -o cat"
+
+
+def inject(name: str, scenario: str, lines: str) -> None:
+    node(name).check_output(f"printf '%s' {shlex.quote(lines)} >> {scenario}")
+
+
+def mode(name: str) -> str | None:
+    """The watch's mode on the node, None while it cannot be asked (it is rebooting)."""
+    try:
+        return watch_verdict(name).get("mode")
+    except Exception:  # a node that reboots answers no docker exec for a while
+        return None
+
+
+def progress(name: str) -> dict:
+    return json.loads(node(name).check_output(f"cat {PROGRESS}"))
+
+
+def keep(name: str, label: str) -> dict:
+    """The runner's progress, kept for benchmarks/repair.py and printed step by step."""
+    document = progress(name)
+    folder = EPHEMERAL / "results" / "repair"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{label}.json").write_text(json.dumps(document, indent=2))
+    rows = breakdown(document)
+    print(f"\nrepair ({label}) on {name}: fault to readmission "
+          f"{sum(s for _, s in rows):.1f} s; python3 benchmarks/repair.py {folder}/{label}.json")
+    for step, seconds in rows:
+        print(f"  {step:<52} {seconds:6.1f} s")
+    return document
+
+
+def back_in(name: str, timeout: float) -> bool:
+    return bool(wait_for(lambda: mode(name) == "in", timeout=timeout))
+
+
+def test_the_repair_ladder_resets_a_card_and_readmits_it_with_no_failed_request(run_playbook):
+    """Uncorrectable errors and a pending retirement on fleet-a's GPU 1 (a reset clears both):
+    drained, the engine stopped once its requests finished, both GPUs reset, judged, started,
+    gated, burned in, readmitted; the clients streaming through the gateway see no failure."""
+    run = run_playbook(WATCH, "-e", "onecat_watch_interval=8s",
+                       "-e", "onecat_repair_reboot=true")
+    assert run.rc == 0, run.output[-3000:]
+    for name, scenario in (("fleet-a", SCENARIO_A), ("fleet-b", SCENARIO_B)):
+        host = node(name)
+        # The kernel's part of the simulation: the module is loaded (a boot does it again).
+        host.check_output("systemctl start onecat-test-nvidia-module.service")
+        host.check_output(f"cp -p {scenario} {scenario}.orig")
+        assert "--repair-unit onecat-repair.service" in host.check_output(
+            "cat /usr/local/sbin/onecat-watch")
+        assert host.file("/etc/onecat/repair-lease.token").mode == 0o600
+    a = node("fleet-a")
+    load = LoadClient(gateway_url(), MODEL, key=client_key(), workers=3, max_tokens=LOAD_TOKENS,
+                      max_requests=20_000, max_seconds=900).start()
+    try:
+        time.sleep(5)
+        inject("fleet-a", SCENARIO_A, ECC_GPU1)
+        injected = time.monotonic()
+        assert wait_for(lambda: mode("fleet-a") == "repairing", timeout=60), watch_verdict(
+            "fleet-a")
+        assert back_in("fleet-a", timeout=300), (watch_verdict("fleet-a"), progress("fleet-a"))
+        print(f"\nrepair: ECC on fleet-a's GPU 1, readmitted after "
+              f"{time.monotonic() - injected:.0f} s (watch interval 8 s)")
+        journal = a.check_output(JOURNAL)
+        assert "watch: in -> draining: GPU 1" in journal, journal[-3000:]
+        assert "watch: draining -> repairing: reset after: GPU 1" in journal, journal[-3000:]
+        assert "repair: resetting: GPU 0, 1" in journal, journal[-3000:]
+        assert "watch: repairing -> in: repaired (reset), gated and burned in" in journal
+        # The double recorded the reset of both GPUs (the pair the engine holds).
+        assert a.run("test -s /run/onecat-test/gpu-reset/0 -a -s /run/onecat-test/gpu-reset/1"
+                     ).rc == 0
+        servers = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"))
+        assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
+        assert watch_verdict("fleet-a")["verdict"] == "healthy", watch_verdict("fleet-a")
+    finally:
+        outcomes = load.stop()
+    print(f"repair: {len(outcomes)} streamed requests through the gateway, "
+          f"{len(failed(outcomes))} failed")
+    assert len(outcomes) >= 20, len(outcomes)
+    assert not failed(outcomes), failed(outcomes)[:3]
+    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+    done = keep("fleet-a", "reset")
+    steps = [s["step"] for s in done["steps"]]
+    assert steps.index("waiting for requests in flight") < steps.index("stopping the engine") \
+        < steps.index("resetting") < steps.index("gating") < steps.index("burning in")
+    assert done["step"] == "readmitted" and done["tried"][0]["outcome"] == "cleared"
+    metrics = a.run("cat /var/lib/prometheus/node-exporter/onecat.prom").stdout
+    if metrics:  # node_exporter's folder exists only with onecat_watch_node_exporter
+        assert 'onecat_repairs_total{outcome="readmitted"} 1' in metrics
+
+
+def test_the_same_fault_back_within_the_window_needs_service_until_released(run_playbook):
+    """The card was reset and readmitted; its errors come back (the seed's test of a card unfit
+    for quantized inference): no second reset, service required, a report naming the card.
+    After the "swap" (the fault gone), `onecat repair --release` puts the node back."""
+    a = node("fleet-a")
+    inject("fleet-a", SCENARIO_A, ECC_GPU1)
+    assert wait_for(lambda: mode("fleet-a") == "service", timeout=60), watch_verdict("fleet-a")
+    report = json.loads(a.check_output(f"cat {REPORT}"))
+    assert [c["serial"] for c in report["cards"]] == [SERIAL_A1], report
+    assert report["earlier_repair"]["rung"] == "reset", report
+    assert report["summary"].startswith(f"service required: GPU 1 serial {SERIAL_A1}"), report
+    servers = wait_for_servers(lambda rows: "service required" in rows["fleet-a"]["last_agt"])
+    assert servers["fleet-a"]["status"].startswith("MAINT"), servers["fleet-a"]
+    assert SERIAL_A1 in servers["fleet-a"]["last_agt"], servers["fleet-a"]
+    table = onecat_status()
+    row = next(line for line in table.splitlines() if line.startswith("fleet-a"))
+    assert "service required" in row and SERIAL_A1 in row, table
+
+    # The operator swaps the card (the scenario as it was) and releases the node.
+    a.check_output(f"cp -p {SCENARIO_A}.orig {SCENARIO_A}")
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat", "repair", "-i", str(Path(
+            os.environ["MOLECULE_INVENTORY_FILE"]).parent), "--limit", "fleet-a", "--release"],
+        capture_output=True, text=True, check=False, cwd=PROJECT, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert back_in("fleet-a", timeout=60), watch_verdict("fleet-a")
+    assert a.run(f"test -e {REPORT}").rc != 0
+    servers = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"))
+    assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
+
+
+def test_a_fault_a_reset_cannot_clear_reboots_the_node_then_gate_and_burn_in(run_playbook):
+    """fleet-a's GPU 1 lost until a boot: `nvidia-smi -r` answers "GPU is lost" (15), the ladder
+    climbs to the reboot it is allowed (onecat_repair_reboot), the container restarts, the
+    runner goes on after the boot and the node comes back only after gate and burn-in."""
+    a = node("fleet-a")
+    load = LoadClient(gateway_url(), MODEL, key=client_key(), workers=2, max_tokens=LOAD_TOKENS,
+                      max_requests=20_000, max_seconds=900).start()
+    try:
+        time.sleep(3)
+        inject("fleet-a", SCENARIO_A, LOST_GPU1)
+        injected = time.monotonic()
+        restarts = subprocess.run(["docker", "inspect", "-f", "{{.RestartCount}}", "fleet-a"],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+        assert wait_for(lambda: mode("fleet-a") == "repairing", timeout=60), watch_verdict(
+            "fleet-a")
+        assert back_in("fleet-a", timeout=480), watch_verdict("fleet-a")
+        print(f"\nrepair: GPU 1 lost on fleet-a, rebooted and readmitted after "
+              f"{time.monotonic() - injected:.0f} s")
+        after = subprocess.run(["docker", "inspect", "-f", "{{.RestartCount}}", "fleet-a"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        assert int(after) == int(restarts) + 1, (restarts, after)
+        servers = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"),
+                                   timeout=30)
+        assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
+    finally:
+        outcomes = load.stop()
+    print(f"repair: {len(outcomes)} streamed requests through the gateway, "
+          f"{len(failed(outcomes))} failed")
+    assert not failed(outcomes), failed(outcomes)[:3]
+    done = keep("fleet-a", "reboot")
+    assert [t["rung"] for t in done["tried"]] == ["reset", "reboot", "reboot"], done["tried"]
+    assert "GPU is lost" in done["tried"][0]["outcome"], done["tried"]
+    steps = [s["step"] for s in done["steps"]]
+    assert steps.index("rebooting") < steps.index("judging") < steps.index("gating") \
+        < steps.index("burning in"), steps
+    assert a.run("test -e /run/onecat-gateway/admitted").rc == 0
+    a.check_output(f"cp -p {SCENARIO_A}.orig {SCENARIO_A}")
+
+
+def test_two_nodes_faulting_at_once_repair_one_after_the_other():
+    """fleet-a's GPU 0 and fleet-b's GPU 1 fault together: one lease for a fleet of three
+    (10 %, at least 1), so one node waits, drained, until the other is readmitted."""
+    inject("fleet-a", SCENARIO_A, ECC_GPU0)
+    inject("fleet-b", SCENARIO_B, ECC_GPU1)
+    try:
+        assert wait_for(lambda: mode("fleet-a") == "in" and mode("fleet-b") == "in"
+                        and progress("fleet-a")["step"] == progress("fleet-b")["step"]
+                        == "readmitted", timeout=600), (progress("fleet-a"), progress("fleet-b"))
+    finally:
+        for name, scenario in (("fleet-a", SCENARIO_A), ("fleet-b", SCENARIO_B)):
+            node(name).check_output(f"cp -p {scenario}.orig {scenario}")
+    runs = {name: progress(name) for name in ("fleet-a", "fleet-b")}
+
+    def at(document: dict, step: str) -> float:
+        return next(s["at"] for s in document["steps"] if s["step"] == step)
+
+    first, second = sorted(runs, key=lambda name: at(runs[name], "resetting"))
+    waited = [s for s in runs[second]["steps"] if s["step"] == "waiting for the lease"]
+    assert waited, runs[second]["steps"]
+    assert at(runs[second], "resetting") > at(runs[first], "readmitted"), runs
+    assert first in waited[0]["detail"], waited  # who holds the lease: the other node
+    print(f"\nrepair: {first} then {second}; {second} waited "
+          f"{at(runs[second], 'resetting') - at(runs[second], 'waiting for the lease'):.0f} s "
+          "for the lease")
+    servers = wait_for_servers(lambda rows: all(rows[n]["status"].startswith("UP")
+                                                for n in ("fleet-a", "fleet-b")), timeout=30)
+    assert all(servers[n]["status"].startswith("UP") for n in ("fleet-a", "fleet-b")), servers
+    assert gateway_servers()["fleet-c"]["status"].startswith("MAINT")

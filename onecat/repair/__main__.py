@@ -1,0 +1,303 @@
+"""`python3 -m onecat.repair`: the repair ladder on this node (onecat-repair.service).
+
+    onecat-repair             climb from where the progress file says (the watch starts it with
+                              an order; after a reboot the boot starts it again)
+    onecat-repair --release   after a card swap (or an operator's fix): forget the cards'
+                              repair history, clear "service required"; the watch's --release
+                              then puts the node back through its looks
+
+Exit status: 0 the ladder ended (readmitted, service required or failed: the progress file says
+which) or waits for a reboot; 2 it could not run (no order, unreadable files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from onecat.serve.gate import key_from_env_file, smoke, wait_ready
+
+from . import history, lease_client
+from .files import HISTORY_FILE, ORDER_FILE, PROGRESS_FILE, REPORT_FILE
+from .run import REBOOTING, TERMINAL, Ladder, new_progress
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_json(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None
+         ) -> tuple[int, str]:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              check=False, env=env)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return 255, str(error)
+    return done.returncode, " ".join((done.stdout + " " + done.stderr).split())[:400]
+
+
+def _metric(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            try:
+                total += float(line.rsplit(None, 1)[-1])
+            except ValueError:
+                continue
+    return total
+
+
+class NodeHost:
+    """The real node: systemd, nvidia-smi, NVML, the gateway host's lease, the burn-in."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.node = args.node or platform.node()
+        env = args.api_key_file.read_text() if args.api_key_file.exists() else ""
+        self.api_key = key_from_env_file(env)
+        self.metrics_key = key_from_env_file(env, "ONECAT_METRICS_KEY")
+        self.record = read_json(args.serving_record) or {}
+        token = args.lease_token_file.read_text().strip() \
+            if args.lease_token_file and args.lease_token_file.exists() else ""
+        self.token = token
+
+    def take_lease(self, reason: str) -> tuple[bool, str]:
+        if not self.args.lease_url:
+            return True, "no lease server configured (a fleet of one)"
+        answer = lease_client.take(self.args.lease_url, self.node, self.token, reason,
+                                   self.args.lease_ttl)
+        if answer.granted:
+            return True, "granted"
+        if answer.error:
+            return False, f"the lease server cannot be asked: {answer.error}"
+        held = ", ".join(f"{h.get('node')} ({h.get('reason')})" for h in answer.holders)
+        return False, f"{len(answer.holders)} of {answer.max_parallel} repairs run: {held}"
+
+    def release_lease(self) -> None:
+        if self.args.lease_url:
+            lease_client.release(self.args.lease_url, self.node, self.token)
+
+    def wait_idle(self) -> str | None:
+        """Until the engine runs and queues no request (its /metrics), at most the drain
+        timeout: the gateway sends nothing new, the streams in flight end."""
+        url = str(self.record.get("url") or "").rstrip("/")
+        deadline = time.monotonic() + self.args.drain_timeout
+        busy = -1.0
+        while url:
+            request = urllib.request.Request(f"{url}/metrics", headers={
+                "Authorization": f"Bearer {self.metrics_key}"})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    text = answer.read(4_000_000).decode("utf-8", "replace")
+            except urllib.error.HTTPError as error:
+                # It answers but will not say: wait the whole drain timeout, to be safe.
+                time.sleep(max(deadline - time.monotonic(), 0))
+                return (f"the engine's /metrics answered HTTP {error.code}: waited the drain "
+                        f"timeout ({self.args.drain_timeout:.0f} s) for requests in flight")
+            except (OSError, ValueError):
+                return None  # nothing answers: nothing in flight to wait for
+            busy = _metric(text, "vllm:num_requests_running") + _metric(
+                text, "vllm:num_requests_waiting")
+            if busy <= 0:
+                return None
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
+        return None if busy <= 0 else (
+            f"{busy:.0f} request(s) still in flight after {self.args.drain_timeout:.0f} s: "
+            "stopping anyway")
+
+    def stop_engine(self) -> str | None:
+        rc, out = _run(["systemctl", "stop", self.args.engine_unit], 600)
+        return None if rc == 0 else out or f"rc {rc}"
+
+    def start_engine(self) -> str | None:
+        rc, out = _run(["systemctl", "start", "--no-block", self.args.engine_unit], 120)
+        return None if rc == 0 else out or f"rc {rc}"
+
+    def reset_gpus(self, indices: list[int]) -> tuple[bool, str]:
+        argv = [self.args.nvidia_smi, "-r"]
+        if indices:
+            argv += ["-i", ",".join(str(i) for i in indices)]
+        rc, out = _run(argv, 300)
+        return rc == 0, out or f"rc {rc}"
+
+    def look(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The GPUs' state as the watch judges it (a reset is judged before anything starts)."""
+        try:
+            import pynvml
+
+            from onecat.health.nvml import gather
+            from onecat.watch.deltas import state_findings, watch_thresholds
+            readings = gather(pynvml, check_xid=False)
+            findings = state_findings(readings, watch_thresholds(self.args.expected_gpus))
+        except Exception as error:  # NVML gone after a failed reset: a fault, not a crash
+            return {}, [{"severity": "error", "code": "nvml_read", "gpu": None,
+                         "message": f"NVML cannot be read: {type(error).__name__}: {error}"}]
+        return readings, [f.as_dict() for f in findings]
+
+    def gate(self) -> tuple[bool, str]:
+        url = str(self.record.get("url") or "").rstrip("/")
+        name = str(self.record.get("served_model_name") or "")
+        if not url or not name:
+            return False, f"{self.args.serving_record} records no server to gate"
+        ready, why = wait_ready(url, name, self.args.gate_timeout, self.api_key)
+        if not ready:
+            return False, why
+        passed, why, _text = smoke(url, name, "The capital of France is", 16, self.api_key)
+        return passed, why
+
+    def burn_in(self) -> tuple[bool, str, list[dict[str, Any]]]:
+        if self.args.burnin_seconds <= 0 or not self.args.burnin_path.is_dir():
+            return True, "no burn-in (none installed, or 0 seconds)", []
+        out = self.args.state_dir / "burnin.json"
+        argv = [self.args.burnin_python, "-m", "onecat.burnin",
+                "--url", str(self.record.get("url")),
+                "--model", str(self.record.get("served_model_name")),
+                "--api-key-file", str(self.args.api_key_file),
+                "--seconds", str(self.args.burnin_seconds),
+                "--concurrency", str(self.args.burnin_concurrency), "--max-tokens", "64",
+                "--prompts", str(self.args.prompts), "--out", str(out)]
+        if self.args.kernel_log:
+            argv += ["--kernel-log", self.args.kernel_log]
+        env = {"PYTHONPATH": str(self.args.burnin_path),
+               "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+        env.update({k: v for k, v in os.environ.items()
+                    if k.startswith(("ONECAT_NVML", "LD_LIBRARY_PATH"))})
+        rc, text = _run(argv, self.args.burnin_seconds + 600, env)
+        document = read_json(out) or {}
+        findings = [f for f in document.get("findings") or [] if isinstance(f, dict)]
+        card = [f for f in findings if f.get("severity") == "error" and f.get("gpu")]
+        if rc == 0:
+            return True, "passed", []
+        why = "; ".join(str(f.get("message")) for f in findings[:3]) or text
+        return False, why, card
+
+    def reboot(self) -> str | None:
+        rc, out = _run(["systemctl", "reboot"], 60)
+        return None if rc == 0 else out or f"rc {rc}"
+
+    def admit(self) -> None:
+        """The marker the gateway agent wants after a boot (roles/gateway): gate and burn-in
+        passed, as the serve stage's admission."""
+        if self.args.admitted_file:
+            self.args.admitted_file.parent.mkdir(parents=True, exist_ok=True)
+            self.args.admitted_file.write_text(f"{time.time():.0f} repaired\n")
+
+    def boot_id(self) -> str | None:
+        """This boot's token: a random id kept in /run, which every boot empties (a tmpfs).
+        The kernel's boot_id would do on bare metal, but not in a container, whose restart
+        is a boot of its own with the host's boot_id."""
+        token = self.args.boot_token
+        try:
+            if not token.exists():
+                token.parent.mkdir(parents=True, exist_ok=True)
+                token.write_text(uuid.uuid4().hex + "\n")
+            return token.read_text().strip() or None
+        except OSError:
+            return None
+
+
+def _kick_watch(unit: str) -> None:
+    """Let the watch look now: it readmits the node on the runner's "readmitted"."""
+    if unit:
+        _run(["systemctl", "start", "--no-block", unit], 30)
+
+
+def _release(args: argparse.Namespace) -> int:
+    state = args.state_dir
+    past = history.load(read_json(state / HISTORY_FILE))
+    report = read_json(state / REPORT_FILE) or {}
+    serials = {str(c.get(k)) for c in report.get("cards") or [] if isinstance(c, dict)
+               for k in ("serial", "uuid") if c.get(k)}
+    write_json(state / HISTORY_FILE, history.forget(past, serials or None), 0o600)
+    for name in (REPORT_FILE, ORDER_FILE, PROGRESS_FILE):
+        (state / name).unlink(missing_ok=True)
+    print(f"{platform.node()}: repair: released: the repair history of "
+          f"{', '.join(sorted(serials)) or 'every card'} is forgotten")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m onecat.repair", description=__doc__)
+    parser.add_argument("--release", action="store_true",
+                        help="forget the repair history of the cards in the service report")
+    parser.add_argument("--state-dir", type=Path, default=Path("/var/lib/onecat/repair"))
+    parser.add_argument("--node", default="", help="this node's inventory name (the lease's)")
+    parser.add_argument("--engine-unit", default="vllm.service")
+    parser.add_argument("--watch-unit", default="onecat-watch.service")
+    parser.add_argument("--nvidia-smi", default="nvidia-smi")
+    parser.add_argument("--serving-record", type=Path,
+                        default=Path("/var/lib/onecat/serve/serving.json"))
+    parser.add_argument("--api-key-file", type=Path, default=Path("/etc/onecat/vllm.env"))
+    parser.add_argument("--lease-url", default="", help="the gateway host's lease server")
+    parser.add_argument("--lease-token-file", type=Path)
+    parser.add_argument("--lease-ttl", type=float, default=7200.0,
+                        help="seconds a lease lasts without renewal (a reboot fits in it)")
+    parser.add_argument("--lease-poll", type=float, default=30.0)
+    parser.add_argument("--drain-timeout", type=float, default=300.0)
+    parser.add_argument("--gate-timeout", type=float, default=1800.0)
+    parser.add_argument("--expected-gpus", type=int)
+    parser.add_argument("--admitted-file", type=Path)
+    parser.add_argument("--burnin-python", default=sys.executable)
+    parser.add_argument("--burnin-path", type=Path, default=Path("/opt/onecat/burnin"))
+    parser.add_argument("--burnin-seconds", type=float, default=600.0)
+    parser.add_argument("--burnin-concurrency", type=int, default=8)
+    parser.add_argument("--prompts", type=Path, default=Path("/opt/onecat/watch/probe-prompts.txt"))
+    parser.add_argument("--kernel-log", default="")
+    parser.add_argument("--boot-token", type=Path, default=Path("/run/onecat-repair/boot"),
+                        help="this boot's token (in /run: a boot empties it)")
+    args = parser.parse_args(argv)
+    if args.release:
+        return _release(args)
+    state = args.state_dir
+    order = read_json(state / ORDER_FILE)
+    progress = read_json(state / PROGRESS_FILE)
+    if order is None:
+        print("onecat repair: no repair order (the watch writes one)", file=sys.stderr)
+        return 2
+    host = NodeHost(args)
+    if progress is None or progress.get("order") != order.get("id"):
+        progress = new_progress(order, host.look()[0], time.time())
+    if progress.get("step") in TERMINAL:
+        return 0
+
+    def say(line: str) -> None:
+        print(f"{host.node}: {line}", flush=True)
+
+    ladder = Ladder(host, progress, lambda p: write_json(state / PROGRESS_FILE, p), say,
+                    node=host.node, lease_poll_s=args.lease_poll,
+                    history=history.load(read_json(state / HISTORY_FILE)),
+                    save_history=lambda h: write_json(state / HISTORY_FILE, h, 0o600),
+                    report=lambda r: write_json(state / REPORT_FILE, r))
+    ended = ladder.run()
+    if ended != REBOOTING:
+        _kick_watch(args.watch_unit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The repair runner's hardware edge, for real: `onecat.repair`'s NodeHost resets GPUs with the
+nvidia-smi double and judges them through the real pynvml on the NVML double, while an "engine"
+process holds the GPUs' device files as CUDA does. The ladder stops it before the reset (a
+reset is refused while it runs), the reset clears the `!reset` fault, the look is clean; a GPU
+lost until a boot makes the reset fail and the ladder climb to the reboot.
+
+systemd, the gateway, the gate and the burn-in are the fleet scenario's (molecule/fleet,
+test_rollout_repair.py); here the runner runs in a subprocess per ladder, on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
+import nvml_double_harness as double
+
+REPO = Path(__file__).resolve().parents[2]
+NVIDIA_SMI = REPO / "tests" / "kernel_doubles" / "nvidia-smi"
+DRIVER = "535.261.03"
+
+# One ladder in a fresh process (pynvml loads the double from LD_LIBRARY_PATH once per process):
+# the real NodeHost for the reset, the look and the boot token; the engine is a process holding
+# the device files (started and stopped by the test's host, as systemd starts the unit).
+LADDER = r"""
+import argparse, json, subprocess, sys
+from pathlib import Path
+from onecat.repair.__main__ import NodeHost
+from onecat.repair.run import Ladder, new_progress
+
+dev, run_dir, rungs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
+HOLD = ("import sys; fs = [open(p) for p in sys.argv[1:]]; print('held', flush=True); "
+        "sys.stdin.read()")
+
+class Node(NodeHost):
+    engine = None
+    def start_engine(self):
+        self.engine = subprocess.Popen([sys.executable, "-c", HOLD, str(dev / "nvidia0"),
+                                        str(dev / "nvidia1")], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True)
+        self.engine.stdout.readline()
+    def stop_engine(self):
+        if self.engine:
+            self.engine.stdin.close(); self.engine.wait(10); self.engine = None
+    def take_lease(self, reason): return True, "granted"
+    def release_lease(self): pass
+    def wait_idle(self): return None
+    def gate(self): return True, "ready"
+    def burn_in(self): return True, "passed", []
+    def admit(self): pass
+    def reboot(self):
+        self.rebooted = True
+        return None
+
+args = argparse.Namespace(node="node", api_key_file=Path("/nonexistent"),
+                          serving_record=Path("/nonexistent"), lease_token_file=None,
+                          nvidia_smi=sys.argv[4], expected_gpus=2,
+                          boot_token=run_dir / "onecat-repair" / "boot")
+host = Node(args)
+host.start_engine()
+readings, findings = host.look()
+order = {"id": "1", "rungs": rungs, "reason": "test", "faults": [
+    f for f in findings if f["severity"] == "error"]}
+held = host.reset_gpus([0, 1])
+ladder = Ladder(host, new_progress(order, readings, 0), lambda p: None, print, node="node",
+                sleep=lambda s: None)
+ended = ladder.run()
+print(json.dumps({"before": [f["code"] for f in findings], "held_reset": held,
+                  "ended": ended, "tried": ladder.progress.get("tried"),
+                  "after": [f["code"] for f in host.look()[1]]}))
+host.stop_engine()
+"""
+
+
+@pytest.fixture(scope="module")
+def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("nvml-double")
+    double.build(out)
+    return out
+
+
+def _ladder(libdir: Path, tmp_path: Path, fault: str, rungs: str) -> dict:
+    run, dev, bin_dir = tmp_path / "run", tmp_path / "dev", tmp_path / "bin"
+    (run / "sys" / "module" / "nvidia").mkdir(parents=True)
+    (run / "sys" / "module" / "nvidia" / "version").write_text(DRIVER + "\n")
+    dev.mkdir()
+    for index in (0, 1):
+        (dev / f"nvidia{index}").touch()
+    bin_dir.mkdir()
+    # The node's package database and root's uid, as nvidia-smi's double asks them.
+    for name, body in (("dpkg-query", f"echo {DRIVER}-1"), ("id", "echo 0")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    scenario = tmp_path / "node.scenario"
+    scenario.write_text(f"include = {double.scenario_path('healthy_pcie_pair')}\n{fault}\n")
+    env = {**double.double_env(libdir, scenario),
+           "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+           "ONECAT_TEST_RUN_DIR": str(run), "ONECAT_TEST_DEV_DIR": str(dev)}
+    done = subprocess.run([sys.executable, "-c", LADDER, str(dev), str(run), rungs,
+                           str(NVIDIA_SMI)], env=env, capture_output=True, text=True,
+                          check=False, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_ladder_stops_the_engine_resets_the_pair_and_the_fault_is_gone(libdir, tmp_path):
+    result = _ladder(libdir, tmp_path, "gpu.1.ecc.volatile.uncorrected!reset = 1\n"
+                                       "gpu.1.retired.pending!reset = 1", "reset")
+    assert {"ecc_volatile_uncorrected", "retired_pages_pending"} <= set(result["before"])
+    # A reset while the engine holds the GPUs is refused (the ladder never does that).
+    refused, why = result["held_reset"]
+    assert not refused and "In use by another client" in why, why
+    assert result["ended"] == "readmitted", result
+    assert result["tried"][0] == {**result["tried"][0], "rung": "reset", "outcome": "cleared"}
+    assert result["after"] == [], result
+
+
+def test_a_gpu_lost_until_a_boot_fails_the_reset_and_climbs_to_the_reboot(libdir, tmp_path):
+    result = _ladder(libdir, tmp_path, "gpu.1.lost!reboot = 1", "reset,reboot")
+    assert "gpu_lost" in result["before"], result
+    assert result["ended"] == "rebooting", result
+    assert "GPU is lost" in result["tried"][0]["outcome"], result["tried"]
+    # Without the reboot rung the node is held, with the reason an operator needs.
+    held = _ladder(libdir, tmp_path / "again", "gpu.1.lost!reboot = 1", "reset")
+    assert held["ended"] == "failed" and "gpu_lost" in held["after"], held
