@@ -288,11 +288,12 @@ def request_repair(saved: dict[str, Any] | None, now: float, policy: Policy) -> 
                   [f"{was} -> {REPAIRING}: requested by an operator"], order)
 
 
-def restart_failed(action: Action, failure: str, now: float) -> Action:
-    """The engine restart `step` asked for did not happen: hold the node out."""
+def restart_failed(action: Action, failure: str, now: float,
+                   what: str = "the engine restart failed") -> Action:
+    """The engine restart (or the repair runner's start) `step` asked for did not happen:
+    hold the node out."""
+    was = action.state.get("mode", RESTARTED)
     state = {**action.state, "mode": HELD, "since": now}
-    state["reason"] = "".join(
-        ch if " " <= ch <= "~" else " " for ch in f"the engine restart failed: {failure}"
-    )[:180]
-    transitions = [*action.transitions, f"{RESTARTED} -> {HELD}: {state['reason']}"]
+    state["reason"] = _clip(f"{what}: {failure}")
+    transitions = [*action.transitions, f"{was} -> {HELD}: {state['reason']}"]
     return Action(state, _answer(HELD, state["reason"], False), False, transitions)

@@ -237,8 +237,8 @@ def order_repair(ladder: Ladder, decided: act.Action, now: float) -> act.Action:
         (ladder.state_dir / repair_files.PROGRESS_FILE).unlink(missing_ok=True)
     failure = ladder.start_runner()
     if failure:
-        return act.restart_failed(decided, f"onecat-repair.service did not start: {failure}",
-                                  now)
+        return act.restart_failed(decided, failure, now,
+                                  "the repair runner (onecat-repair.service) did not start")
     return decided
 
 

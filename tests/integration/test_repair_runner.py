@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,56 @@ def test_a_gpu_lost_until_a_boot_fails_the_reset_and_climbs_to_the_reboot(libdir
     # Without the reboot rung the node is held, with the reason an operator needs.
     held = _ladder(libdir, tmp_path / "again", "gpu.1.lost!reboot = 1", "reset")
     assert held["ended"] == "failed" and "gpu_lost" in held["after"], held
+
+
+def _watch(libdir: Path, tmp_path: Path, *extra: str) -> tuple[str, dict]:
+    """One look of the watch on ecc_reset_clears, acting with the repair ladder."""
+    (tmp_path / "serving.json").write_text('{"url": "http://127.0.0.1:9", '
+                                           '"served_model_name": "m"}')
+    scenario = "ecc_reset_clears"
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat.watch", "--once", "--state-dir", str(tmp_path / "state"),
+         "--verdict-file", str(tmp_path / "verdict.json"), "--metrics-file",
+         str(tmp_path / "none" / "onecat.prom"), "--kernel-log",
+         str(double.kernel_log(scenario)), "--boot-id-file", str(tmp_path / "boot"),
+         "--serving-record", str(tmp_path / "serving.json"), "--act", "--agent-file",
+         str(tmp_path / "agent"), "--ready-hold", "0",
+         "--engine-unit", "onecat-no-such-engine.service",
+         "--repair-unit", "onecat-no-such-repair.service", "--repair-dir",
+         str(tmp_path / "repair"), *extra],
+        env=double.double_env(libdir, scenario), capture_output=True, text=True, check=False,
+        cwd=REPO, timeout=120)
+    return done.stdout + done.stderr, json.loads((tmp_path / "verdict.json").read_text())
+
+
+def test_the_watch_orders_a_reset_for_the_card_and_says_so(libdir, tmp_path):
+    out, verdict = _watch(libdir, tmp_path)
+    assert verdict["mode"] == "draining", out
+    out, verdict = _watch(libdir, tmp_path)
+    assert "draining -> repairing: reset after: GPU 1" in out, out
+    order = json.loads((tmp_path / "repair" / "order.json").read_text())
+    assert order["rungs"] == ["reset"] and order["fault_seen"], order
+    assert {f["code"] for f in order["faults"]} == {"ecc_volatile_uncorrected",
+                                                    "retired_pages_pending"}
+    # No such runner unit here: the node is held with the reason, not left repairing blind.
+    assert verdict["mode"] == "held", out
+    assert "the repair runner (onecat-repair.service) did not start" in verdict["reason"]
+    assert (tmp_path / "agent").read_text().startswith("maint down #onecat-watch held")
+
+
+def test_a_fault_back_on_a_repaired_card_needs_service_with_its_report(libdir, tmp_path):
+    (tmp_path / "repair").mkdir()
+    (tmp_path / "repair" / "history.json").write_text(json.dumps({"repairs": [{
+        "at": time.time() - 86400, "outcome": "readmitted", "rung": "reset", "fault": "ECC",
+        "cards": [{"index": 1, "serial": "0323117011202"}]}]}))
+    _watch(libdir, tmp_path)
+    out, verdict = _watch(libdir, tmp_path)
+    assert verdict["mode"] == "service", out
+    report = json.loads((tmp_path / "repair" / "service-required.json").read_text())
+    assert [c["serial"] for c in report["cards"]] == ["0323117011202"], report
+    assert report["cards"][0]["ecc"]["volatile"]["uncorrected"] == 1, report
+    assert report["earlier_repair"]["rung"] == "reset"
+    assert (tmp_path / "agent").read_text().startswith(
+        "maint down #onecat-watch service required: service required: GPU 1 serial "
+        "0323117011202")
+    assert not (tmp_path / "repair" / "order.json").exists()  # no reset for a card that failed

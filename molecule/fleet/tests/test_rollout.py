@@ -390,9 +390,11 @@ def test_watch_drains_a_failing_node_restarts_it_once_then_holds_it_out(run_play
     """The watch on its timer (interval 8 s here): a new fatal Xid on fleet-a
     drains it at the gateway, then its engine restarts once and it comes back; garbage
     answers soon after (within the flap window) hold it out until an operator releases it.
-    Clients streaming through the gateway see no failed request throughout."""
+    Clients streaming through the gateway see no failed request throughout. This is the watch
+    without the repair ladder (onecat_repair: false): the ladder climbs past the hold
+    (test_rollout_repair.py)."""
     a = node("fleet-a")
-    run = run_playbook(WATCH, "-e", "onecat_watch_interval=8s")
+    run = run_playbook(WATCH, "-e", "onecat_watch_interval=8s", "-e", "onecat_repair=false")
     assert run.rc == 0, run.output[-3000:]
     # The stage's stamp saw the new interval: the timer is rewritten and restarted.
     assert "fleet-a: the watch stage runs: " in " ".join(run.output.split())
