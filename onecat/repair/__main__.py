@@ -138,11 +138,37 @@ class NodeHost:
         rc, out = _run(["systemctl", "start", "--no-block", self.args.engine_unit], 120)
         return None if rc == 0 else out or f"rc {rc}"
 
+    def _persistent(self, ids: str) -> list[str]:
+        """The GPUs (of `ids`) in persistence mode; none when it cannot be asked."""
+        try:
+            done = subprocess.run([self.args.nvidia_smi, "--query-gpu=index,persistence_mode",
+                                   "--format=csv,noheader", "-i", ids], capture_output=True,
+                                  text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        if done.returncode != 0:
+            return []  # a lost GPU cannot be asked: the reset says so itself
+        rows = (line.split(",") for line in done.stdout.splitlines())
+        return [row[0].strip() for row in rows
+                if len(row) == 2 and row[0].strip().isdigit() and row[1].strip() == "Enabled"]
+
     def reset_gpus(self, indices: list[int]) -> tuple[bool, str]:
-        argv = [self.args.nvidia_smi, "-r"]
-        if indices:
-            argv += ["-i", ",".join(str(i) for i in indices)]
-        rc, out = _run(argv, 300)
+        """`nvidia-smi -r` of the GPUs. Persistence mode (nvidia-persistenced, which the driver
+        stage enables) holds the device and makes the reset fail "In use by another client"
+        (NVIDIA/NVSentinel#1690, gpu-operator#118): it is disabled first and restored after,
+        on the failure path too."""
+        ids = ",".join(str(i) for i in indices)
+        persistent = self._persistent(ids) if ids else []
+        if persistent:
+            rc, out = _run([self.args.nvidia_smi, "-pm", "0", "-i", ",".join(persistent)], 60)
+            if rc != 0:
+                return False, f"persistence mode could not be disabled: {out or f'rc {rc}'}"
+        try:
+            argv = [self.args.nvidia_smi, "-r", *(["-i", ids] if ids else [])]
+            rc, out = _run(argv, 300)
+        finally:
+            if persistent:
+                _run([self.args.nvidia_smi, "-pm", "1", "-i", ",".join(persistent)], 60)
         return rc == 0, out or f"rc {rc}"
 
     def look(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -89,6 +89,8 @@ def _ladder(libdir: Path, tmp_path: Path, fault: str, rungs: str) -> dict:
     run, dev, bin_dir = tmp_path / "run", tmp_path / "dev", tmp_path / "bin"
     (run / "sys" / "module" / "nvidia").mkdir(parents=True)
     (run / "sys" / "module" / "nvidia" / "version").write_text(DRIVER + "\n")
+    # nvidia-persistenced runs (the driver stage enables it): a reset is refused while it holds.
+    (run / "persistence-mode").write_text("Enabled\n")
     dev.mkdir()
     for index in (0, 1):
         (dev / f"nvidia{index}").touch()
@@ -106,7 +108,9 @@ def _ladder(libdir: Path, tmp_path: Path, fault: str, rungs: str) -> dict:
                            str(NVIDIA_SMI)], env=env, capture_output=True, text=True,
                           check=False, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    result = json.loads(done.stdout.splitlines()[-1])
+    result["persistence"] = {p.name: p.read_text().strip() for p in run.glob("persistence-mode*")}
+    return result
 
 
 def test_the_ladder_stops_the_engine_resets_the_pair_and_the_fault_is_gone(libdir, tmp_path):
@@ -119,6 +123,40 @@ def test_the_ladder_stops_the_engine_resets_the_pair_and_the_fault_is_gone(libdi
     assert result["ended"] == "readmitted", result
     assert result["tried"][0] == {**result["tried"][0], "rung": "reset", "outcome": "cleared"}
     assert result["after"] == [], result
+    # Persistence mode was lifted for the reset and is back on both GPUs.
+    assert result["persistence"] == {"persistence-mode": "Enabled", "persistence-mode.0": "Enabled",
+                                     "persistence-mode.1": "Enabled"}, result["persistence"]
+
+
+def test_persistence_mode_blocks_a_reset_until_it_is_lifted(libdir, tmp_path):
+    """The double as the real tool (NVIDIA/NVSentinel#1690): "In use by another client" while
+    persistence mode holds the GPU; `-pm 0` lets the same reset through."""
+    run, bin_dir = tmp_path / "run", tmp_path / "bin"
+    (run / "sys" / "module" / "nvidia").mkdir(parents=True)
+    (run / "sys" / "module" / "nvidia" / "version").write_text(DRIVER + "\n")
+    (run / "persistence-mode").write_text("Enabled\n")
+    bin_dir.mkdir()
+    for name, body in (("dpkg-query", f"echo {DRIVER}-1"), ("id", "echo 0")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ONECAT_TEST_RUN_DIR": str(run),
+           "ONECAT_TEST_DEV_DIR": str(tmp_path / "dev")}
+
+    def smi(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(NVIDIA_SMI), *args], env=env, capture_output=True,
+                              text=True, check=False, timeout=60)
+
+    refused = smi("-r", "-i", "1")
+    assert refused.returncode == 255 and "In use by another client" in refused.stdout
+    assert smi("--query-gpu=index,persistence_mode", "--format=csv,noheader", "-i", "1"
+               ).stdout == "1, Enabled\n"
+    lifted = smi("-pm", "0", "-i", "1")
+    assert lifted.returncode == 0 and "All done." in lifted.stdout
+    assert smi("--query-gpu=index,persistence_mode", "--format=csv,noheader").stdout == \
+        "0, Enabled\n1, Disabled\n"
+    done = smi("-r", "-i", "1")
+    assert done.returncode == 0 and "was successfully reset" in done.stdout, done.stdout
+    assert smi("-r", "-i", "0").returncode == 255  # GPU 0 is still held
 
 
 def test_a_gpu_lost_until_a_boot_fails_the_reset_and_climbs_to_the_reboot(libdir, tmp_path):
