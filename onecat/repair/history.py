@@ -9,6 +9,7 @@ Pure: the files are read and written by run.py and the watch.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -55,21 +56,48 @@ def card(gpu: dict[str, Any]) -> dict[str, Any]:
     return {key: gpu.get(key) for key in ("index", "serial", "uuid", "pci_bus_id", "name")}
 
 
+_INDEX = re.compile(r"GPU (\d+)\b")
+
+
 def cards_of(faults: list[dict[str, Any]], readings: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cards a look's error findings (as_dict) point at; every GPU of the node when one
-    points at none (bad answers come from the engine, which uses all of them)."""
+    """The cards a look's error findings (as_dict) point at, by bus id, else by the index in
+    their label (a lost GPU's bus is unknown: "GPU 1 (bus unknown, ...)"); every GPU of the
+    node when one points at none (bad answers come from the engine, which uses all of them)."""
     gpus = [g for g in readings.get("gpus") or [] if isinstance(g, dict)]
     by_bus = {_bus(gpu.get("pci_bus_id")): gpu for gpu in gpus}
     by_bus.pop(None, None)
+    by_index = {gpu.get("index"): gpu for gpu in gpus}
     chosen: list[dict[str, Any]] = []
     for fault in faults:
-        bus = _bus(fault.get("gpu"))
+        label = fault.get("gpu")
+        bus = _bus(label)
         gpu = by_bus.get(bus) if bus is not None else None
+        if gpu is None and isinstance(label, str) and (found := _INDEX.match(label)):
+            gpu = by_index.get(int(found.group(1)))
         if gpu is None:
             return [card(g) for g in gpus]
         if card(gpu) not in chosen:
             chosen.append(card(gpu))
     return chosen or [card(g) for g in gpus]
+
+
+def fill_ids(cards: list[dict[str, Any]], *readings: dict[str, Any] | None
+             ) -> list[dict[str, Any]]:
+    """The cards with what NVML could not read now (a lost GPU has no serial) taken from other
+    readings of the same index (the watch's previous look, the look after the repair)."""
+    filled = []
+    for item in cards:
+        item = dict(item)
+        for other in readings:
+            if all(item.get(k) for k in ("serial", "uuid", "pci_bus_id")):
+                break
+            same = next((g for g in (other or {}).get("gpus") or []
+                         if isinstance(g, dict) and g.get("index") == item.get("index")), None)
+            for key, value in card(same or {}).items():
+                if value and not item.get(key):
+                    item[key] = value
+        filled.append(item)
+    return filled
 
 
 def _ids(cards: list[dict[str, Any]]) -> set[str]:

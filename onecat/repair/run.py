@@ -68,6 +68,8 @@ class Ladder:
     history: dict[str, Any] = field(default_factory=history.empty)
     save_history: Callable[[dict[str, Any]], None] = lambda _history: None
     report: Callable[[dict[str, Any]], None] = lambda _report: None
+    # The last look's readings (the cards' names after the repair).
+    last_readings: dict[str, Any] | None = None
 
     def _at(self, step: str, detail: str = "") -> None:
         now = self.clock()
@@ -93,7 +95,9 @@ class Ladder:
     def _end(self, step: str, reason: str, readings: dict[str, Any] | None = None) -> str:
         """The last step: history, report, lease back."""
         now = self.clock()
-        cards = self.progress.get("cards") or []
+        # A card lost at the order has its serial again once a reset or a boot brought it back.
+        cards = history.fill_ids(self.progress.get("cards") or [], readings, self.last_readings)
+        self.progress["cards"] = cards
         tried = self.progress.get("tried") or []
         self.progress["reason"] = reason
         outcome = {READMITTED: history.READMITTED, SERVICE_REQUIRED: history.SERVICE_REQUIRED
@@ -133,6 +137,7 @@ class Ladder:
         """Judge, start, gate, burn in: the rest of the ladder after a reset or a boot."""
         self._at(JUDGING, f"after the {rung}")
         readings, findings = self.host.look()
+        self.last_readings = readings
         faults = self._faults(findings)
         if faults:
             why = "; ".join(str(f.get("message")) for f in faults[:3])
@@ -223,7 +228,9 @@ def new_progress(order: dict[str, Any], readings: dict[str, Any], now: float) ->
     """The progress file of a new order: its rungs, its fault, the cards it is about (every
     GPU the engine uses when the fault names none: a TP pair is reset together)."""
     faults = [f for f in order.get("faults") or [] if isinstance(f, dict)]
-    cards = history.cards_of(faults, readings)
+    # The watch names the cards (with what its previous look read of a GPU lost now).
+    named = [c for c in order.get("cards") or [] if isinstance(c, dict)]
+    cards = history.fill_ids(named or history.cards_of(faults, readings), readings)
     engine = [history.card(g) for g in readings.get("gpus") or [] if isinstance(g, dict)]
     rungs = [r for r in order.get("rungs") or [] if r in (RESET, REBOOT)]
     return {"order": order.get("id"), "step": "ordered", "rungs": rungs,

@@ -210,8 +210,16 @@ def _expired(expires_file: Path, now: float) -> bool:
         return False
 
 
+def _cards(faults: list[dict[str, Any]], readings: dict[str, Any] | None,
+           previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The cards the faults point at, named with what the previous look read of them (a lost
+    GPU's serial cannot be read now)."""
+    return repair_history.fill_ids(repair_history.cards_of(faults, readings or {}), previous)
+
+
 def _repair_view(ladder: Ladder | None, findings: list[Finding],
-                 readings: dict[str, Any] | None, now: float) -> act.Repair | None:
+                 readings: dict[str, Any] | None, now: float,
+                 previous: dict[str, Any] | None = None) -> act.Repair | None:
     """What the ladder knows at this look: serving, the runner's progress, and whether this
     look's fault came back on a card the ladder repaired within the window."""
     if ladder is None:
@@ -220,8 +228,8 @@ def _repair_view(ladder: Ladder | None, findings: list[Finding],
     recurred = None
     if faults and readings:
         past = repair_history.load(_read_json(ladder.state_dir / repair_files.HISTORY_FILE))
-        recurred = repair_history.recurred(past, repair_history.cards_of(faults, readings), now,
-                                    ladder.recurrence_window_s)
+        recurred = repair_history.recurred(past, _cards(faults, readings, previous), now,
+                                           ladder.recurrence_window_s)
     return act.Repair(serving=_read_json(ladder.serving_record) is not None,
                       progress=_read_json(ladder.state_dir / repair_files.PROGRESS_FILE),
                       runner_active=ladder.runner_active(), recurred=recurred)
@@ -243,9 +251,10 @@ def order_repair(ladder: Ladder, decided: act.Action, now: float) -> act.Action:
 
 
 def _service_report(ladder: Ladder, decided: act.Action, readings: dict[str, Any] | None,
-                    now: float, repair: act.Repair | None) -> None:
+                    now: float, repair: act.Repair | None,
+                    previous: dict[str, Any] | None = None) -> None:
     faults = [f for f in decided.state.get("faults") or [] if isinstance(f, dict)]
-    cards = repair_history.cards_of(faults, readings or {})
+    cards = _cards(faults, readings, previous)
     earlier = repair.recurred if repair is not None else None
     document = repair_history.report(node=platform.node(), now=now, reason=decided.state["reason"],
                               cards=cards, readings=readings or {}, earlier=earlier, tried=[])
@@ -265,7 +274,7 @@ def _service_report(ladder: Ladder, decided: act.Action, readings: dict[str, Any
 
 def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: float,
          probe_unreachable: bool = False, stale_after_s: float | None = None,
-         readings: dict[str, Any] | None = None,
+         readings: dict[str, Any] | None = None, previous: dict[str, Any] | None = None,
          ) -> tuple[str | None, list[str], str]:
     """Decide what to do about a look (act.step), do it, and record it: the engine restart,
     the repair order, the saved state, the gateway agent's answer and when it expires. Returns
@@ -273,7 +282,7 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
     if acting is None:
         return None, [], ""
     ladder = acting.ladder if acting.policy.repair else None
-    repair = _repair_view(ladder, findings, readings, now)
+    repair = _repair_view(ladder, findings, readings, now, previous)
     decided = act.step(_read_json(state_dir / ACTION_FILE), findings, now, acting.policy,
                        probe_unreachable=probe_unreachable, repair=repair)
     if decided.restart_engine:
@@ -281,9 +290,13 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
         if failure:
             decided = act.restart_failed(decided, failure, now)
     if ladder is not None and decided.start_repair is not None:
+        if not decided.start_repair.get("resume"):
+            # The runner names the cards it repairs with what this watch read of them.
+            faults = [f for f in decided.start_repair.get("faults") or [] if isinstance(f, dict)]
+            decided.start_repair["cards"] = _cards(faults, readings, previous)
         decided = order_repair(ladder, decided, now)
     if ladder is not None and decided.service_report:
-        _service_report(ladder, decided, readings, now, repair)
+        _service_report(ladder, decided, readings, now, repair, previous)
     write_atomic(state_dir / ACTION_FILE, json.dumps(decided.state, sort_keys=True) + "\n",
                  0o600)
     if acting.agent_file is not None:
@@ -330,7 +343,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
     result = verdict(findings)
     unreachable = bool(results) and not any(r.reached for r in results)
     mode, transitions, reason = _act(acting, state_dir, findings, now, unreachable,
-                                     stale_after_s, readings)
+                                     stale_after_s, readings, previous)
     stamp = _stamp(now)
     write_atomic(state_dir / LAST_SUCCESS_FILE, f"{now:.0f}\n", 0o600)
     write_atomic(state_dir / THROTTLE_FILE, json.dumps(history, sort_keys=True) + "\n", 0o600)

@@ -196,6 +196,7 @@ def test_the_watch_orders_a_reset_for_the_card_and_says_so(libdir, tmp_path):
     assert "draining -> repairing: reset after: GPU 1" in out, out
     order = json.loads((tmp_path / "repair" / "order.json").read_text())
     assert order["rungs"] == ["reset"] and order["fault_seen"], order
+    assert [(c["index"], c["serial"]) for c in order["cards"]] == [(1, "0323117011202")], order
     assert {f["code"] for f in order["faults"]} == {"ecc_volatile_uncorrected",
                                                     "retired_pages_pending"}
     # No such runner unit here: the node is held with the reason, not left repairing blind.

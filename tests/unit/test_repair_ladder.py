@@ -321,3 +321,23 @@ def test_the_metrics_count_repairs_by_outcome() -> None:
     assert 'onecat_repairs_total{outcome="readmitted"} 1' in text
     assert 'onecat_repairs_total{outcome="service_required"} 0' in text
     assert "onecat_repairs_total" not in render({"gpus": []}, "healthy", [], mode="in")
+
+
+def test_a_lost_gpu_is_named_by_its_index_and_its_serial_from_another_look() -> None:
+    lost = Finding(ERROR, "gpu_lost", "GPU 1 (bus unknown, serial unknown)", "GPU 1 is lost")
+    now = {"gpus": [READINGS["gpus"][0], {"index": 1, "serial": None, "uuid": None,
+                                          "pci_bus_id": None, "lost": True}]}
+    cards = history.cards_of([lost.as_dict()], now)
+    assert [c["index"] for c in cards] == [1] and cards[0]["serial"] is None
+    # Not the whole node: a repair of GPU 1 must not count against GPU 0's history.
+    filled = history.fill_ids(cards, None, READINGS)
+    assert filled[0]["serial"] == "0323117011202" and filled[0]["uuid"] == "GPU-b"
+    assert history.fill_ids(cards, {"gpus": []})[0]["serial"] is None
+
+
+def test_the_runner_names_a_card_lost_at_the_order_once_it_is_back() -> None:
+    node, saved = Node(), []
+    ladder = _ladder(node, ["reset"], saved)
+    ladder.progress["cards"] = [{"index": 1, "serial": None, "uuid": None, "pci_bus_id": None}]
+    assert ladder.run() == READMITTED
+    assert ladder.history["repairs"][-1]["cards"][0]["serial"] == "0323117011202"

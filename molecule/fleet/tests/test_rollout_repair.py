@@ -97,7 +97,7 @@ def test_the_repair_ladder_resets_a_card_and_readmits_it_with_no_failed_request(
     drained, the engine stopped once its requests finished, both GPUs reset, judged, started,
     gated, burned in, readmitted; the clients streaming through the gateway see no failure."""
     run = run_playbook(WATCH, "-e", "onecat_watch_interval=8s",
-                       "-e", "onecat_repair_reboot=true")
+                       "-e", "onecat_repair_reboot=true", "-e", "watch_repair_lease_poll_s=5")
     assert run.rc == 0, run.output[-3000:]
     for name, scenario in (("fleet-a", SCENARIO_A), ("fleet-b", SCENARIO_B)):
         host = node(name)
