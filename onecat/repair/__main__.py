@@ -169,6 +169,11 @@ class NodeHost:
         finally:
             if persistent:
                 _run([self.args.nvidia_smi, "-pm", "1", "-i", ",".join(persistent)], 60)
+        if rc != 0:
+            # nvidia-smi names no process; the operator needs to know which one holds the GPU.
+            held = holders(self.args.device_dir, indices)
+            if held:
+                out = f"{out} (held by {', '.join(held)})"
         return rc == 0, out or f"rc {rc}"
 
     def look(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -247,6 +252,41 @@ class NodeHost:
             return None
 
 
+def holders(device_dir: Path, indices: list[int], proc: Path = Path("/proc")) -> list[str]:
+    """The processes that hold the GPUs' device files open (`fuser -v /dev/nvidiaN`):
+    "GPU 1: pid 4242 (python3)". A file is the same when its device and inode are (a
+    container sees it under another path)."""
+    files = {}
+    for index in indices:
+        try:
+            st = (device_dir / f"nvidia{index}").stat()
+        except OSError:
+            continue
+        files[(st.st_dev, st.st_ino, st.st_rdev)] = index
+    found: set[str] = set()
+    if not files:
+        return []
+    for pid in (p for p in proc.iterdir() if p.name.isdigit()):
+        try:
+            fds = list((pid / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = fd.stat()
+            except OSError:
+                continue
+            index = files.get((st.st_dev, st.st_ino, st.st_rdev))
+            if index is None:
+                continue
+            try:
+                name = (pid / "comm").read_text().strip()
+            except OSError:
+                name = "?"
+            found.add(f"GPU {index}: pid {pid.name} ({name})")
+    return sorted(found)
+
+
 def _kick_watch(unit: str) -> None:
     """Let the watch look now: it readmits the node on the runner's "readmitted"."""
     if unit:
@@ -276,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine-unit", default="vllm.service")
     parser.add_argument("--watch-unit", default="onecat-watch.service")
     parser.add_argument("--nvidia-smi", default="nvidia-smi")
+    parser.add_argument("--device-dir", type=Path, default=Path("/dev"),
+                        help="where the GPUs' device files are (nvidia0, nvidia1, ...)")
     parser.add_argument("--serving-record", type=Path,
                         default=Path("/var/lib/onecat/serve/serving.json"))
     parser.add_argument("--api-key-file", type=Path, default=Path("/etc/onecat/vllm.env"))

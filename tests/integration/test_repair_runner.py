@@ -60,7 +60,7 @@ class Node(NodeHost):
 
 args = argparse.Namespace(node="node", api_key_file=Path("/nonexistent"),
                           serving_record=Path("/nonexistent"), lease_token_file=None,
-                          nvidia_smi=sys.argv[4], expected_gpus=2,
+                          nvidia_smi=sys.argv[4], expected_gpus=2, device_dir=dev,
                           boot_token=run_dir / "onecat-repair" / "boot")
 host = Node(args)
 host.start_engine()
@@ -120,6 +120,8 @@ def test_the_ladder_stops_the_engine_resets_the_pair_and_the_fault_is_gone(libdi
     # A reset while the engine holds the GPUs is refused (the ladder never does that).
     refused, why = result["held_reset"]
     assert not refused and "In use by another client" in why, why
+    # The real tool names no process: the runner does, for the operator.
+    assert "(held by GPU 0: pid " in why and "GPU 1: pid " in why, why
     assert result["ended"] == "readmitted", result
     assert result["tried"][0] == {**result["tried"][0], "rung": "reset", "outcome": "cleared"}
     assert result["after"] == [], result
