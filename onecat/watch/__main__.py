@@ -53,26 +53,17 @@ def _probe(args: argparse.Namespace) -> Probe | None:
                  key, args.record_references, tolerance=args.likelihood_tolerance)
 
 
-def _restarter(unit: str) -> Callable[[], str | None]:
-    def restart() -> str | None:
+def _systemctl(verb: str, unit: str) -> Callable[[], str | None]:
+    """`systemctl VERB --no-block UNIT` as a callable: None when systemd took the job, else
+    why not (the engine's restart, the repair runner's start)."""
+    def call() -> str | None:
         try:
-            done = subprocess.run(["systemctl", "restart", "--no-block", unit],
+            done = subprocess.run(["systemctl", verb, "--no-block", unit],
                                   capture_output=True, text=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
             return str(error)
         return None if done.returncode == 0 else (done.stderr.strip() or f"rc {done.returncode}")
-    return restart
-
-
-def _starter(unit: str) -> Callable[[], str | None]:
-    def start() -> str | None:
-        try:
-            done = subprocess.run(["systemctl", "start", "--no-block", unit],
-                                  capture_output=True, text=True, timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            return str(error)
-        return None if done.returncode == 0 else (done.stderr.strip() or f"rc {done.returncode}")
-    return start
+    return call
 
 
 def _active(unit: str) -> Callable[[], bool]:
@@ -92,10 +83,11 @@ def _acting(args: argparse.Namespace) -> Acting | None:
     policy = act.Policy(restart=bool(args.engine_unit), flap_window_s=args.flap_window,
                         restart_grace_s=args.restart_grace, repair=bool(args.repair_unit),
                         reboot=args.repair_reboot)
-    ladder = Ladder(args.repair_dir, _starter(args.repair_unit), _active(args.repair_unit),
-                    args.serving_record, args.recurrence_window) if args.repair_unit else None
-    return Acting(args.agent_file, _restarter(args.engine_unit), policy, args.ready_hold,
-                  ladder)
+    ladder = Ladder(args.repair_dir, _systemctl("start", args.repair_unit),
+                    _active(args.repair_unit), args.serving_record,
+                    args.recurrence_window) if args.repair_unit else None
+    return Acting(args.agent_file, _systemctl("restart", args.engine_unit), policy,
+                  args.ready_hold, ladder)
 
 
 def _release(args: argparse.Namespace) -> int:
