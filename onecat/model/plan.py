@@ -678,6 +678,8 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         "serve_args": args,
         "serve_env": env,
         "serve_notes": notes,
+        "prefix_caching": prefix_caching(opts["engine"], backend,
+                                         bool(dims.get("linear")))["enabled"],
         "inputs": {**{k: opts[k] for k in (*DEFAULTS, *WORKLOAD_DEFAULTS)},
                    "max_num_seqs": ctx["max_num_seqs"],
                    "health": topology},
@@ -905,7 +907,32 @@ def _serve_args(ctx: dict[str, Any], topology: dict[str, Any], capability: int,
         env["NCCL_P2P_DISABLE"] = "1"
         notes.append("NCCL_P2P_DISABLE=1: the health facts show a cross-socket pair or broken "
                      "peer-to-peer")
+    caching = prefix_caching(opts["engine"], backend, bool(dims.get("linear")))
+    if caching["note"]:
+        notes.append(caching["note"])
     return args, env, notes
+
+
+def prefix_caching(engine: str, backend: str | None, hybrid: bool) -> dict[str, Any]:
+    """Whether the engine keeps a prompt's KV blocks for the next request that shares the prefix
+    (what the gateway's affinity routing pays off on), and why: no flag is ever passed."""
+    if engine == "1cat-vllm" and not hybrid and backend == "FLASH_ATTN_V100":
+        return {"enabled": True, "note": (
+            "prefix caching: on, no flag: 1Cat-vLLM turns it on for every model that supports "
+            "it (engine/arg_utils.py:2593, 2623-2624) and FLASH_ATTN_V100 attends over a cached "
+            "prefix (v1/attention/backends/flash_attn_v100.py:1598 _has_prefix_context); "
+            "onecat_gateway_balance: affinity keeps a conversation on the node that holds it")}
+    if engine == "1cat-vllm":
+        # Hybrids: the hybrid note says it (on, mamba_cache_mode align); other backends: the
+        # fork's default still applies, its V100 path is what was read.
+        return {"enabled": True, "note": "" if hybrid else (
+            f"prefix caching: on by the fork's default (engine/arg_utils.py:2623-2624), with "
+            f"{backend or 'the default attention backend'}: only FLASH_ATTN_V100's cached-prefix "
+            "path was read")}
+    return {"enabled": True, "note": (
+        "prefix caching: upstream vLLM turns it on by default, but on sm_70 it is an open bug "
+        "(vllm #13738, 'V100 may can not support enable-prefix-caching'): if answers go wrong, "
+        "add --no-enable-prefix-caching through vllm_serve_extra_args")}
 
 
 def misfit_message(plan: dict[str, Any], host: str) -> str:
