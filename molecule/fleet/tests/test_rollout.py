@@ -105,10 +105,21 @@ def wait_for_servers(predicate, timeout: float = 15.0) -> dict[str, dict[str, st
         time.sleep(1)
 
 
+def start_load(workers: int = 3, max_seconds: int = 900) -> LoadClient:
+    """Clients streaming completions through the gateway with the client key, until stopped."""
+    return LoadClient(gateway_url(), MODEL, key=client_key(), workers=workers,
+                      max_tokens=LOAD_TOKENS, max_requests=20_000, max_seconds=max_seconds).start()
+
+
+def assert_streams_whole(outcomes) -> None:
+    """No stream failed (an error, a refused or reset connection) and none was cut short."""
+    assert not failed(outcomes), failed(outcomes)[:3]
+    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+
+
 def under_load(run_playbook, *args: str) -> tuple:
     """Run site.yml while 3 clients stream through the gateway; 10 s of load before it."""
-    load = LoadClient(gateway_url(), MODEL, key=client_key(), workers=3, max_tokens=LOAD_TOKENS,
-                      max_requests=20_000, max_seconds=1500).start()
+    load = start_load(max_seconds=1500)
     time.sleep(10)
     started = time.monotonic()
     run = run_playbook(SITE, *args)
@@ -237,8 +248,7 @@ def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
     assert servers["fleet-b"]["status"].startswith("UP")
     # Clients saw nothing of it.
     assert len(during) >= 10, len(during)
-    assert not failed(outcomes), failed(outcomes)[:3]
-    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+    assert_streams_whole(outcomes)
 
 
 def test_good_upgrade_drains_each_node_and_no_stream_fails(run_playbook):
@@ -262,8 +272,7 @@ def test_good_upgrade_drains_each_node_and_no_stream_fails(run_playbook):
     # it invisible to the clients.
     assert run.output.count(DRAIN_TASK) == 2, run.output[-4000:]
     assert len(during) >= 20, len(during)
-    assert not failed(outcomes), failed(outcomes)[:3]
-    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+    assert_streams_whole(outcomes)
     summary = {"before": ttft_ms(before), "during": ttft_ms(during), "requests": len(outcomes),
                "failed": len(failed(outcomes)), "seconds": round(run.seconds)}
     (Path(results) / "gateway-load.json").write_text(json.dumps(summary, indent=2))
@@ -307,8 +316,7 @@ def test_a_node_that_reboots_stays_out_until_its_gate_and_burn_in(run_playbook):
     assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
     assert node("fleet-a").file("/run/onecat-gateway/admitted").exists
     assert rollout("after-reboot")["fleet-a"]["in_rotation"]
-    assert not failed(outcomes), failed(outcomes)[:3]
-    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+    assert_streams_whole(outcomes)
 
 
 def test_a_docker_restart_takes_the_node_out_first_and_no_stream_fails(run_playbook):
@@ -339,8 +347,7 @@ def test_a_docker_restart_takes_the_node_out_first_and_no_stream_fails(run_playb
                                                 for n, r in rows.items() if n != "fleet-c"))
     assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
     assert len(during) >= 20, len(during)
-    assert not failed(outcomes), failed(outcomes)[:3]
-    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+    assert_streams_whole(outcomes)
 
 
 def test_rerun_with_nothing_changed_changes_nothing(run_playbook):
@@ -425,8 +432,7 @@ def test_watch_drains_a_failing_node_restarts_it_once_then_holds_it_out(run_play
 
 
 def _watch_catches_ecc_then_garbage(a) -> None:
-    load = LoadClient(gateway_url(), MODEL, key=client_key(), workers=3, max_tokens=LOAD_TOKENS,
-                      max_requests=20_000, max_seconds=900).start()
+    load = start_load()
     try:
         time.sleep(5)
         a.run(f"printf '%s' {shlex.quote(XID_LINE)} >> {KERNEL_LOG_A}")
@@ -463,8 +469,7 @@ def _watch_catches_ecc_then_garbage(a) -> None:
     print(f"watch: {len(outcomes)} streamed requests through the gateway, "
           f"{len(failed(outcomes))} failed")
     assert len(outcomes) >= 20, len(outcomes)
-    assert not failed(outcomes), failed(outcomes)[:3]
-    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+    assert_streams_whole(outcomes)
 
     # onecat status: one table of the fleet, from the nodes' verdict files.
     table = onecat_status()

@@ -22,14 +22,12 @@ from pathlib import Path
 from conftest import PROJECT
 from test_rollout import (
     EPHEMERAL,
-    LOAD_TOKENS,
-    MODEL,
     SCENARIO_A,
     WATCH,
-    client_key,
-    gateway_url,
+    assert_streams_whole,
     node,
     onecat_status,
+    start_load,
     wait_for,
     wait_for_servers,
     watch_verdict,
@@ -37,7 +35,7 @@ from test_rollout import (
 
 sys.path.insert(0, str(PROJECT / "tests"))
 sys.path.insert(0, str(PROJECT / "benchmarks"))
-from gateway_load import LoadClient, failed, truncated
+from gateway_load import failed
 from repair import breakdown
 
 SCENARIO_B = "/opt/onecat-test/nvml/scenarios/healthy_nvlink_pair.scenario"
@@ -107,8 +105,7 @@ def test_the_repair_ladder_resets_a_card_and_readmits_it_with_no_failed_request(
             "cat /usr/local/sbin/onecat-watch")
         assert host.file("/etc/onecat/repair-lease.token").mode == 0o600
     a = node("fleet-a")
-    load = LoadClient(gateway_url(), MODEL, key=client_key(), workers=3, max_tokens=LOAD_TOKENS,
-                      max_requests=20_000, max_seconds=900).start()
+    load = start_load()
     try:
         time.sleep(5)
         inject("fleet-a", SCENARIO_A, ECC_GPU1)
@@ -134,8 +131,7 @@ def test_the_repair_ladder_resets_a_card_and_readmits_it_with_no_failed_request(
     print(f"repair: {len(outcomes)} streamed requests through the gateway, "
           f"{len(failed(outcomes))} failed")
     assert len(outcomes) >= 20, len(outcomes)
-    assert not failed(outcomes), failed(outcomes)[:3]
-    assert not truncated(outcomes, LOAD_TOKENS), truncated(outcomes, LOAD_TOKENS)[:3]
+    assert_streams_whole(outcomes)
     done = keep("fleet-a", "reset")
     steps = [s["step"] for s in done["steps"]]
     assert steps.index("waiting for requests in flight") < steps.index("stopping the engine") \
@@ -182,8 +178,7 @@ def test_a_fault_a_reset_cannot_clear_reboots_the_node_then_gate_and_burn_in(run
     climbs to the reboot it is allowed (onecat_repair_reboot), the container restarts, the
     runner goes on after the boot and the node comes back only after gate and burn-in."""
     a = node("fleet-a")
-    load = LoadClient(gateway_url(), MODEL, key=client_key(), workers=2, max_tokens=LOAD_TOKENS,
-                      max_requests=20_000, max_seconds=900).start()
+    load = start_load(workers=2)
     try:
         time.sleep(3)
         inject("fleet-a", SCENARIO_A, LOST_GPU1)
