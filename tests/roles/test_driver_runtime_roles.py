@@ -319,6 +319,26 @@ def test_locked_driver_version_holds_when_the_source_has_another(tmp_path):
     assert json.loads(lock.read_text()) == before
 
 
+def test_one_batch_installs_one_driver_version_even_when_its_hosts_see_two(tmp_path):
+    # Two hosts of one batch resolve the same lock entry, but the second one's "newest" differs
+    # (a mirror a sync behind: here another package stands for the version package): both pin
+    # the first host's version, the one the lock records, instead of each its own.
+    first = {**_versions_host(tmp_path),
+             "nvidia_driver_apt_preferences_file": str(tmp_path / "first.pref")}
+    second = {**_versions_host(tmp_path), "nvidia_driver_version_package": "apt",
+              "nvidia_driver_apt_preferences_file": str(tmp_path / "second.pref")}
+    assert _candidate("apt") != _candidate("dpkg")
+    data = run_playbook("versions.yml", {"first": first, "second": second}, tmp_path,
+                        check=False)
+    for host in ("first", "second"):
+        assert host_outcome(data, host)["failed_task"] is None, host_outcome(data, host)
+    version = _candidate("dpkg")
+    for pref in ("first.pref", "second.pref"):
+        assert f"Pin: version {version}" in (tmp_path / pref).read_text().splitlines(), pref
+    locked = json.loads((tmp_path / "onecat.lock.json").read_text())["nvidia_driver"]
+    assert locked["Debian-12/distro/535/proprietary"]["version"] == version
+
+
 def test_initramfs_handler_runs_the_command(tmp_path):
     # The handler passed the command list to `cmd` as one string ("[update-initramfs, -u]").
     calls = tmp_path / "calls"
