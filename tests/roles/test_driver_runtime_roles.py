@@ -339,6 +339,39 @@ def test_one_batch_installs_one_driver_version_even_when_its_hosts_see_two(tmp_p
     assert locked["Debian-12/distro/535/proprietary"]["version"] == version
 
 
+@pytest.mark.parametrize(("images", "says"), [
+    ("linux-image-6.1.0-99-amd64 ii\nlinux-image-6.1.0-98-amd64 ii\nlinux-image-6.1.0-97-amd64 rc",
+     "installed kernel(s) 6.1.0-99-amd64 and has not booted into them yet: reboot it"),
+    ("linux-image-6.1.0-98-amd64 ii", "Install the headers from where this kernel came from"),
+])
+def test_a_kernel_whose_headers_are_gone_asks_for_a_reboot_first(tmp_path, images, says):
+    # A host that installed a kernel update and did not reboot runs a kernel whose headers the
+    # archive dropped: apt would say "Unable to locate package"; the role says what to do.
+    # apt knows no such package (its policy prints nothing), as after the archive dropped it.
+    doubles = _doubles(tmp_path / "bin", **{"dpkg-query": f"printf '{images}\\n'",
+                                            "apt-cache": "exit 0"})
+    hosts = {"old": {"fake_facts": OS["debian12"], "onecat_preflight": VOLTA,
+                     "nvidia_driver_kernel_release": "6.1.0-98-amd64"}}
+    data = run_playbook("headers.yml", hosts, tmp_path, check=False, path_first=doubles)
+    outcome = host_outcome(data, "old")
+    assert outcome["failed_task"] == (
+        "Stop before apt when the running kernel's headers cannot be installed."), outcome
+    message = " ".join(outcome["msg"].split())
+    assert "runs kernel 6.1.0-98-amd64, whose headers (linux-headers-6.1.0-98-amd64)" in message
+    assert says in message and "Nothing was installed." in message
+    assert "6.1.0-97" not in message  # removed, only its configuration left (rc)
+
+
+def test_headers_the_archive_carries_pass_the_check(tmp_path):
+    doubles = _doubles(tmp_path / "bin", **{"apt-cache": (
+        "printf 'linux-headers-6.1.0-99-amd64:\\n  Installed: (none)\\n  Candidate: 6.1.1\\n'"),
+        "dpkg-query": "echo never asked; exit 3"})
+    hosts = {"new": {"fake_facts": OS["debian12"], "onecat_preflight": VOLTA,
+                     "nvidia_driver_kernel_release": "6.1.0-99-amd64"}}
+    data = run_playbook("headers.yml", hosts, tmp_path, check=False, path_first=doubles)
+    assert host_outcome(data, "new")["failed_task"] is None, host_outcome(data, "new")
+
+
 def test_initramfs_handler_runs_the_command(tmp_path):
     # The handler passed the command list to `cmd` as one string ("[update-initramfs, -u]").
     calls = tmp_path / "calls"
