@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -370,6 +371,49 @@ def test_headers_the_archive_carries_pass_the_check(tmp_path):
                      "nvidia_driver_kernel_release": "6.1.0-99-amd64"}}
     data = run_playbook("headers.yml", hosts, tmp_path, check=False, path_first=doubles)
     assert host_outcome(data, "new")["failed_task"] is None, host_outcome(data, "new")
+
+
+def test_one_docker_source_for_the_fleet_kept_in_the_lock(tmp_path):
+    # A host whose 10-second probe of Docker's repository failed used to get Debian's docker.io
+    # for good while the others got docker-ce. One answer per batch, recorded in the lock, which
+    # every later host and run takes without probing.
+    repo = tmp_path / "repo"
+    (repo / "dists" / "bookworm").mkdir(parents=True)
+    (repo / "dists" / "bookworm" / "InRelease").write_text("signed\n")
+    server = subprocess.Popen([sys.executable, "-m", "http.server", "0", "--bind", "127.0.0.1",
+                               "--directory", str(repo)], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(re.search(r"port (\d+)", server.stdout.readline()).group(1))
+        lock = tmp_path / "onecat.lock.json"
+        lock.write_text(json.dumps({"engine_image": {"image_id": "sha256:abc"}}))
+        doubles = _doubles(tmp_path / "bin", **{"dpkg-query": "exit 1"})  # no engine installed
+
+        def host(uri: str) -> dict:
+            return {"fake_facts": OS["debian12"], "container_runtime_lock_file": str(lock),
+                    "container_runtime_docker_apt_repositories": [
+                        {"uri": uri, "suites": ["bookworm"], "components": ["stable"]}]}
+
+        hosts = {"reaches": host(f"http://127.0.0.1:{port}/"),
+                 "cut-off": host("http://127.0.0.1:9/")}  # refused: a failed probe
+        data = run_playbook("docker_source.yml", hosts, tmp_path, check=False,
+                            path_first=doubles)
+        for name in hosts:
+            assert host_outcome(data, name)["failed_task"] is None, host_outcome(data, name)
+            assert (tmp_path / f"{name}.source").read_text() == "docker", name
+        locked = json.loads(lock.read_text())
+        assert locked["engine_image"] == {"image_id": "sha256:abc"}  # other entries stay
+        assert locked["container_runtime"]["Debian-12"]["docker_source"] == "docker"
+    finally:
+        server.terminate()
+        server.wait()
+    # Later, with the repository out of reach for everyone: the lock's answer, and no probe.
+    data = run_playbook("docker_source.yml", {"later": host(f"http://127.0.0.1:{port}/")},
+                        tmp_path, check=False, path_first=doubles)
+    assert (tmp_path / "later.source").read_text() == "docker"
+    probe = ("Check whether Docker's repository can be reached (no engine installed, source "
+             "auto, none locked).")
+    assert _task_result(data, "later", probe).get("skipped")
+    assert json.loads(lock.read_text()) == locked
 
 
 def test_initramfs_handler_runs_the_command(tmp_path):
