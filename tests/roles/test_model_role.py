@@ -106,3 +106,19 @@ def test_the_locked_files_pass(hub, tmp_path):
                       "manifest_digest": manifest["digest"]}}
     outcome = _run(tmp_path, lock)
     assert outcome["failed_task"] is None, outcome
+
+
+@pytest.mark.parametrize("extra", [{"model_sync_bwlimit": "50m --rsh=/tmp/x"},
+                                   {"model_sync_bwlimit": "fast"},
+                                   {"model_sync_parallel": "-1"},
+                                   {"model_sync_parallel": "{{ 2 }}; 3"}])
+def test_transfer_limits_rsync_cannot_take_are_refused_first(hub, tmp_path, extra):
+    outcome = _run(tmp_path, None, {"ctl": extra})
+    assert outcome["failed_task"] == "Refuse transfer limits rsync and Ansible cannot take.", outcome
+    assert "model_sync_bwlimit" in outcome["msg"] and outcome["changed"] == []
+
+
+def test_transfer_limits_with_units_pass(hub, tmp_path):
+    outcome = _run(tmp_path, None, {"ctl": {"model_sync_bwlimit": "50m",
+                                            "model_sync_parallel": 2}})
+    assert outcome["failed_task"] is None, outcome
