@@ -3,12 +3,19 @@
 The quick tests run alone (some race real HAProxy checks on loopback: CPU taken by two
 converging fleets made one of them flaky). Then the selected scenarios start together, side by
 side (tests/molecule_runs.py), and each scenario's test prints its scenario's log in one piece.
+
+And the NVML double every test that loads it shares (`libdir`), compiled once per run.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import molecule_runs
 import pytest
+
+NVML_DOUBLE = Path(__file__).resolve().parent / "nvml_double"
 
 
 @pytest.hookimpl(trylast=True)
@@ -22,3 +29,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     molecule_runs.selected[:] = [
         item.callspec.params["scenario"] for item in session.items
         if item.get_closest_marker("molecule") is not None and hasattr(item, "callspec")]
+
+
+@pytest.fixture(scope="session")
+def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The NVML double (tests/nvml_double), compiled once per run: the folder that holds its
+    libnvidia-ml.so.1, for LD_LIBRARY_PATH (nvml_double_harness.double_env)."""
+    if str(NVML_DOUBLE) not in sys.path:
+        sys.path.insert(0, str(NVML_DOUBLE))
+    from build_double import build
+
+    out = tmp_path_factory.mktemp("nvml-double")
+    build(out)
+    return out

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from onecat.files import write_json
 from onecat.health.nvml import NvmlUnavailable
 from onecat.serve.gate import key_from_env_file
 from onecat.watch.likelihood import REL_TOLERANCE
-from onecat.watch.look import write_atomic
 from onecat.watch.prompts import read as read_prompts
 
 from .run import Plan, burn_in
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"onecat burnin: NVML failed on {platform.node()}: {error}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     document["host"] = platform.node()
-    write_atomic(args.out, json.dumps(document, indent=2, sort_keys=True) + "\n")
+    write_json(args.out, document)
     load = document["load"]
     print(
         f"{platform.node()}: burn-in {document['verdict']} "

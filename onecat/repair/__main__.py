@@ -13,7 +13,6 @@ which) or waits for a reboot; 2 it could not run (no order, unreadable files).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -26,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from onecat.files import read_json, write_json
 from onecat.serve.gate import key_from_env_file, smoke, wait_ready
 
 from . import history, lease_client
@@ -33,29 +33,18 @@ from .files import HISTORY_FILE, ORDER_FILE, PROGRESS_FILE, REPORT_FILE
 from .run import REBOOTING, TERMINAL, Ladder, new_progress
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def write_json(path: Path, data: dict[str, Any], mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.chmod(mode)
-    tmp.replace(path)
-
-
-def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None
-         ) -> tuple[int, str]:
+def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None,
+         raw: bool = False) -> tuple[int, str]:
+    """The exit status and what the program said: stdout and stderr squashed into one line
+    of at most 400 characters (a message), or with `raw` its stdout as written (output to
+    parse). A program that cannot run or runs past the timeout: 255 and why."""
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                               check=False, env=env)
     except (OSError, subprocess.TimeoutExpired) as error:
         return 255, str(error)
+    if raw:
+        return done.returncode, done.stdout
     return done.returncode, " ".join((done.stdout + " " + done.stderr).split())[:400]
 
 
@@ -140,15 +129,11 @@ class NodeHost:
 
     def _persistent(self, ids: str) -> list[str]:
         """The GPUs (of `ids`) in persistence mode; none when it cannot be asked."""
-        try:
-            done = subprocess.run([self.args.nvidia_smi, "--query-gpu=index,persistence_mode",
-                                   "--format=csv,noheader", "-i", ids], capture_output=True,
-                                  text=True, timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return []
-        if done.returncode != 0:
+        rc, out = _run([self.args.nvidia_smi, "--query-gpu=index,persistence_mode",
+                        "--format=csv,noheader", "-i", ids], 60, raw=True)
+        if rc != 0:
             return []  # a lost GPU cannot be asked: the reset says so itself
-        rows = (line.split(",") for line in done.stdout.splitlines())
+        rows = (line.split(",") for line in out.splitlines())
         return [row[0].strip() for row in rows
                 if len(row) == 2 and row[0].strip().isdigit() and row[1].strip() == "Enabled"]
 

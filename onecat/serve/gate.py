@@ -1,8 +1,10 @@
 """Is a freshly started vLLM server really serving? Health, model list, then a smoke completion.
 
-Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.serve.gate``.
-A server can answer /health and still produce garbage: NaNs in a broken kernel come out
-as one token repeated ("!!!!!!!!"), the symptom the smoke completion looks for.
+Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.serve.gate``, with
+the watch's degeneracy detector (``..watch.degenerate``, stdlib only too) that it judges by.
+A server can answer /health and still produce garbage: NaNs in a broken kernel come out as a
+runaway loop (" Paris!!!!!!!!", "…摄氏度度度度度度度度", "巴黎巴黎巴黎巴黎巴黎巴") or random-token
+soup, the symptoms the smoke completion looks for.
 """
 
 from __future__ import annotations
@@ -15,50 +17,24 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-# A repeat of one short piece (a token is at most a few characters) this many times is garbage.
-MAX_TOKEN_CHARS = 16
-MIN_REPEATS = 3
-
-
-def smallest_period(text: str) -> int:
-    """Length of the shortest piece that repeated (whole times) makes `text` (KMP failure)."""
-    fail = [0] * len(text)
-    k = 0
-    for i in range(1, len(text)):
-        while k and text[i] != text[k]:
-            k = fail[k - 1]
-        if text[i] == text[k]:
-            k += 1
-        fail[i] = k
-    period = len(text) - (fail[-1] if text else 0)
-    return period if text and len(text) % period == 0 else len(text)
-
-
-def repeated_token(text: str) -> str | None:
-    """The piece when `text` is one token repeated ("!!!!", " the the the"), else None."""
-    squeezed = text.strip()
-    if not squeezed:
-        return None
-    words = squeezed.split()
-    if len(words) >= MIN_REPEATS and len(set(words)) == 1:
-        return words[0]
-    compact = "".join(words)
-    period = smallest_period(compact)
-    if period <= MAX_TOKEN_CHARS and len(compact) // period >= MIN_REPEATS:
-        return compact[:period]
-    return None
+from ..watch.degenerate import degenerate
 
 
 def judge_smoke(text: str) -> tuple[bool, str]:
-    """(passed, reason) for the text of a temperature-0 smoke completion."""
+    """(passed, reason) for the text of a temperature-0 smoke completion, judged by the watch's
+    own degeneracy rules (one detector: a canary that passes here becomes the fleet's reference).
+    On characters: the gate asks no /tokenize, and characters are what catch a CJK loop."""
     if not text.strip():
         return False, "the smoke completion returned no text"
-    piece = repeated_token(text)
-    if piece is not None:
-        return False, (f"the smoke completion is one token repeated ({piece!r} x "
-                       f"{len(''.join(text.split())) // len(piece)}: {text.strip()[:60]!r}), "
-                       "the garbage/NaN symptom of a broken engine or kernel")
+    why = degenerate(text)
+    if why is not None:
+        return False, (f"the smoke completion has degenerated ({why}), the garbage/NaN "
+                       "symptom of a broken engine or kernel")
     return True, f"the smoke completion answered {text.strip()[:60]!r}"
+
+
+# How a malformed answer is named in a reason (the watch's probe tells it from no answer).
+MALFORMED_ANSWER = "a malformed HTTP answer"
 
 
 class Malformed(str):
@@ -154,7 +130,7 @@ def smoke(base_url: str, served_name: str, prompt: str, max_tokens: int, api_key
             "temperature": 0}
     status, answer = _request(f"{base_url}/v1/completions", api_key, body, timeout_s)
     if isinstance(answer, Malformed):
-        return False, f"the smoke completion failed: a malformed HTTP answer ({answer})", ""
+        return False, f"the smoke completion failed: {MALFORMED_ANSWER} ({answer})", ""
     if status != 200 or not isinstance(answer, dict):
         return False, f"the smoke completion failed: HTTP {status or 'no answer'}", ""
     try:

@@ -13,4 +13,6 @@ out); look.py runs one look and records it; status.py renders `onecat status`'s 
 
 Stdlib and pynvml only. Ships to nodes: roles/watch copies the modules `python3 -m
 onecat.watch` imports (its vars/main.yml lists them) and runs them from a systemd timer.
+degenerate.py also ships with the serve gate (ansible.module_utils.onecat.watch.degenerate:
+the smoke check is its detector), so it stays stdlib only.
 """

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from onecat.files import write_atomic
 from onecat.health.nvml import NvmlUnavailable
 from onecat.serve.gate import key_from_env_file
 
@@ -35,7 +36,6 @@ from .look import (
     order_repair,
     probe_due,
     serving_probe,
-    write_atomic,
 )
 from .prompts import read as read_prompts
 

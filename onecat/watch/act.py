@@ -97,10 +97,15 @@ def initial_state() -> dict[str, Any]:
             "blind": False, "rungs": [], "service": [], "faults": [], "order": None}
 
 
+def clip(text: str) -> str:
+    """A reason as the state, the agent's answer and the stats page carry it: printable ASCII
+    (any other character becomes a space), at most 180 characters."""
+    return "".join(ch if " " <= ch <= "~" else " " for ch in text)[:180]
+
+
 def _clean_reason(findings: list[Finding]) -> str:
     worst = [f for f in findings if f.severity == ERROR] or findings
-    text = "; ".join(f.message for f in worst[:3])
-    return "".join(ch if " " <= ch <= "~" else " " for ch in text)[:180]
+    return clip("; ".join(f.message for f in worst[:3]))
 
 
 def _answer(mode: str, reason: str, readmitted: bool) -> str:
@@ -123,10 +128,6 @@ def _remember(state: dict[str, Any], faults: list[Finding]) -> None:
     plan = _plan(faults)
     state.update(rungs=list(plan.rungs), service=list(plan.service),
                  held_by=list(plan.held_by), faults=[f.as_dict() for f in faults])
-
-
-def _clip(text: str) -> str:
-    return "".join(ch if " " <= ch <= "~" else " " for ch in text)[:180]
 
 
 def step(
@@ -166,21 +167,21 @@ def step(
         nonlocal order, report
         rungs = [r for r in state.get("rungs") or [] if r != remedies.RESTART]
         if state.get("service"):
-            state["reason"] = _clip(f"the card must be replaced ({', '.join(state['service'])})"
-                                    f": {state['reason']}")
+            state["reason"] = clip(f"the card must be replaced ({', '.join(state['service'])})"
+                                   f": {state['reason']}")
             report = True
             go(SERVICE, state["reason"])
         elif repair.recurred is not None and rungs:
             when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(repair.recurred["at"])))
-            state["reason"] = _clip(f"back after its {repair.recurred.get('rung')} "
-                                    f"repair of {when}: {state['reason']}")
+            state["reason"] = clip(f"back after its {repair.recurred.get('rung')} "
+                                   f"repair of {when}: {state['reason']}")
             report = True
             go(SERVICE, state["reason"])
         elif policy.repair and repair.serving and rungs and not state.get("held_by"):
             allowed = [r for r in rungs if r != remedies.REBOOT or policy.reboot]
             if not allowed:
-                state["reason"] = _clip(f"only a reboot clears it (onecat_repair_reboot is "
-                                        f"off): {state['reason']}")
+                state["reason"] = clip(f"only a reboot clears it (onecat_repair_reboot is "
+                                       f"off): {state['reason']}")
                 go(HELD, state["reason"])
                 return
             order = {"id": f"{now:.0f}", "rungs": allowed, "reason": state["reason"],
@@ -188,7 +189,7 @@ def step(
             state["order"] = order["id"]
             go(REPAIRING, f"{allowed[0]} after: {state['reason']}")
         else:
-            state["reason"] = _clip(f"{why}: {state['reason']}")
+            state["reason"] = clip(f"{why}: {state['reason']}")
             go(HELD, state["reason"])
 
     blind = bool(faults) and all(f.code == CANNOT_LOOK for f in faults)
@@ -201,10 +202,10 @@ def step(
             state.update(reason="", rungs=[], service=[], faults=[])
             go(IN, f"repaired ({progress.get('rung') or 'reset'}), gated and burned in")
         elif current and stage == "service_required":
-            state["reason"] = _clip(str(progress.get("reason") or "service required"))
+            state["reason"] = clip(str(progress.get("reason") or "service required"))
             go(SERVICE, state["reason"])
         elif current and stage == "failed":
-            state["reason"] = _clip(f"the repair failed: {progress.get('reason') or '?'}")
+            state["reason"] = clip(f"the repair failed: {progress.get('reason') or '?'}")
             go(HELD, state["reason"])
         elif not repair.runner_active:
             # The runner stopped before its end (it crashed, the node rebooted): it resumes.
@@ -294,6 +295,6 @@ def restart_failed(action: Action, failure: str, now: float,
     hold the node out."""
     was = action.state.get("mode", RESTARTED)
     state = {**action.state, "mode": HELD, "since": now}
-    state["reason"] = _clip(f"{what}: {failure}")
+    state["reason"] = clip(f"{what}: {failure}")
     transitions = [*action.transitions, f"{was} -> {HELD}: {state['reason']}"]
     return Action(state, _answer(HELD, state["reason"], False), False, transitions)

@@ -125,12 +125,12 @@ def degenerate(text: str, tokens: Sequence[int] | None = None) -> str | None:
         loop = tail_loop(candidate, MAX_UNIT_CHARS)
         if loop is not None and candidate[-loop[0]:].strip():
             unit = candidate[loop[2]:loop[2] + loop[0]]
-            return (f"collapsed into repetition: {unit!r} {loop[1]:.1f} times at the end "
+            return (f"collapsed into repetition: {unit!r} {loop[1]:g} times at the end "
                     f"({body[-40:]!r})")
     if tokens:
         loop = tail_loop(list(tokens), MAX_UNIT_TOKENS)
         if loop is not None:
-            return (f"collapsed into repetition: a unit of {loop[0]} token(s) {loop[1]:.1f} "
+            return (f"collapsed into repetition: a unit of {loop[0]} token(s) {loop[1]:g} "
                     f"times at the end ({body[-40:]!r})")
     mixed = soup(text)
     if mixed is not None:

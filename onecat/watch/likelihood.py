@@ -63,7 +63,8 @@ def score(base_url: str, model: str, text: str, api_key: str = "",
             "temperature": 0}
     status, answer = _request(f"{base_url}/v1/completions", api_key, body, timeout_s)
     if isinstance(answer, Malformed):
-        return Score(text, None, error=f"a malformed HTTP answer ({answer})", reached=False)
+        # Reached, and answering wrong: a fault, as in probe.probe.
+        return Score(text, None, error=f"a malformed HTTP answer ({answer})")
     if status == 0:
         return Score(text, None, error="no answer", reached=False)
     if status != 200 or not isinstance(answer, dict):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onecat.files import read_json, write_atomic, write_json
 from onecat.health.judge import ERROR, WARNING, Thresholds
 from onecat.health.nvml import gather
 from onecat.repair import files as repair_files
@@ -56,22 +56,6 @@ BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 # engine's arguments.
 IDENTITY_KEYS = ("image_id", "model_revision", "model_path", "served_model_name",
                  "engine_args_sha256")
-
-
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 @dataclass(frozen=True)
@@ -131,7 +115,7 @@ def run_probe(config: Probe) -> tuple[list[ProbeResult], list[Finding]]:
     likelihood; answers are never compared with answers). The likelihoods become the
     references after a passing look on new bits (or with --record-references); one that has
     none yet for a text gets it from its first passing look."""
-    stored = _read_json(config.references_file) or {}
+    stored = read_json(config.references_file) or {}
     record = config.record or bool(config.identity and stored.get("identity") != config.identity)
     references = {} if record else stored_likelihoods(stored)
     results = ask_all(config.url, config.model, config.prompts, references, config.api_key,
@@ -147,7 +131,7 @@ def run_probe(config: Probe) -> tuple[list[ProbeResult], list[Finding]]:
         document = {"model": config.model, "identity": config.identity,
                     "likelihood": {**references, **scored},
                     "answers": answers(results) if record else stored.get("answers") or {}}
-        write_atomic(config.references_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
+        write_json(config.references_file, document)
     return results, findings
 
 
@@ -176,7 +160,7 @@ def probe_due(state_dir: Path, every: int) -> bool:
     except (OSError, ValueError):
         count = 0
     write_atomic(counter, f"{count + 1}\n", 0o600)
-    mode = (_read_json(state_dir / ACTION_FILE) or {}).get("mode", act.IN)
+    mode = (read_json(state_dir / ACTION_FILE) or {}).get("mode", act.IN)
     return mode != act.IN or count % max(every, 1) == 0
 
 
@@ -187,7 +171,7 @@ def serving_probe(record_file: Path, prompts: PromptSet | list[str], references_
     records nothing (not serving yet) or when the engine's unit is not the one that passed
     the gate (a deploy is changing it: its own gate judges the new server, and the watch
     must not restart an engine the deploy is rolling out or back)."""
-    record = _read_json(record_file)
+    record = read_json(record_file)
     if not record or not record.get("url") or not record.get("served_model_name"):
         return None
     if record.get("unit") and record.get("unit_sha256"):
@@ -227,11 +211,11 @@ def _repair_view(ladder: Ladder | None, findings: list[Finding],
     faults = [f.as_dict() for f in findings if f.severity == ERROR]
     recurred = None
     if faults and readings:
-        past = repair_history.load(_read_json(ladder.state_dir / repair_files.HISTORY_FILE))
+        past = repair_history.load(read_json(ladder.state_dir / repair_files.HISTORY_FILE))
         recurred = repair_history.recurred(past, _cards(faults, readings, previous), now,
                                            ladder.recurrence_window_s)
-    return act.Repair(serving=_read_json(ladder.serving_record) is not None,
-                      progress=_read_json(ladder.state_dir / repair_files.PROGRESS_FILE),
+    return act.Repair(serving=read_json(ladder.serving_record) is not None,
+                      progress=read_json(ladder.state_dir / repair_files.PROGRESS_FILE),
                       runner_active=ladder.runner_active(), recurred=recurred)
 
 
@@ -240,8 +224,7 @@ def order_repair(ladder: Ladder, decided: act.Action, now: float) -> act.Action:
     a resumed one keeps it); hold the node out when the runner cannot be started."""
     order = decided.start_repair or {}
     if not order.get("resume"):
-        write_atomic(ladder.state_dir / repair_files.ORDER_FILE,
-                     json.dumps(order, indent=2, sort_keys=True) + "\n", 0o600)
+        write_json(ladder.state_dir / repair_files.ORDER_FILE, order, 0o600)
         (ladder.state_dir / repair_files.PROGRESS_FILE).unlink(missing_ok=True)
     failure = ladder.start_runner()
     if failure:
@@ -258,16 +241,14 @@ def _service_report(ladder: Ladder, decided: act.Action, readings: dict[str, Any
     earlier = repair.recurred if repair is not None else None
     document = repair_history.report(node=platform.node(), now=now, reason=decided.state["reason"],
                               cards=cards, readings=readings or {}, earlier=earlier, tried=[])
-    write_atomic(ladder.state_dir / repair_files.REPORT_FILE,
-                 json.dumps(document, indent=2, sort_keys=True) + "\n")
-    past = repair_history.load(_read_json(ladder.state_dir / repair_files.HISTORY_FILE))
+    write_json(ladder.state_dir / repair_files.REPORT_FILE, document)
+    past = repair_history.load(read_json(ladder.state_dir / repair_files.HISTORY_FILE))
     past = repair_history.record(past, at=now, cards=cards, fault=decided.state["reason"], tried=[],
                           outcome=repair_history.SERVICE_REQUIRED)
     write_atomic(ladder.state_dir / repair_files.HISTORY_FILE,
                  json.dumps(past, sort_keys=True) + "\n", 0o600)
     # The gateway's stats page and `onecat status` name the card for the ticket.
-    decided.state["reason"] = "".join(ch if " " <= ch <= "~" else " "
-                                      for ch in document["summary"])[:180]
+    decided.state["reason"] = act.clip(document["summary"])
     decided.answer = f"maint down #onecat-watch service required: {decided.state['reason']}"
     decided.transitions.append(f"service report: {document['summary'][:200]}")
 
@@ -283,7 +264,7 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
         return None, [], ""
     ladder = acting.ladder if acting.policy.repair else None
     repair = _repair_view(ladder, findings, readings, now, previous)
-    decided = act.step(_read_json(state_dir / ACTION_FILE), findings, now, acting.policy,
+    decided = act.step(read_json(state_dir / ACTION_FILE), findings, now, acting.policy,
                        probe_unreachable=probe_unreachable, repair=repair)
     if decided.restart_engine:
         failure = acting.restart_engine()
@@ -331,9 +312,9 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
     now = time.time() if now is None else now
     readings = gather(nvml, check_xid=True, kernel_log_path=kernel_log_path)
     readings["boot_id"] = boot_id(boot_id_file)
-    previous = _read_json(state_dir / STATE_FILE)
+    previous = read_json(state_dir / STATE_FILE)
     state = state_findings(readings, thresholds)
-    history = throttle.record(_read_json(state_dir / THROTTLE_FILE), readings, now)
+    history = throttle.record(read_json(state_dir / THROTTLE_FILE), readings, now)
     findings = state + throttle.findings(history, readings, now) + change_findings(
         previous, readings, limits, state)
     results: list[ProbeResult] = []
@@ -359,7 +340,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
                            "seconds": round(r.seconds, 3),
                            **({} if r.nll is None else {"nll": round(r.nll, 4)})}
                           for r in results] or None}
-    write_atomic(verdict_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
+    write_json(verdict_file, document)
     write_atomic(state_dir / STATE_FILE, json.dumps(readings, sort_keys=True) + "\n", 0o600)
     if metrics_file is not None and metrics_file.parent.is_dir():
         write_atomic(metrics_file, render(
@@ -375,7 +356,7 @@ def _repair_counts(acting: Acting | None) -> dict[str, int] | None:
     """The ladder's outcome counters (history.json), None without a ladder."""
     if acting is None or acting.ladder is None or not acting.policy.repair:
         return None
-    past = repair_history.load(_read_json(acting.ladder.state_dir / repair_files.HISTORY_FILE))
+    past = repair_history.load(read_json(acting.ladder.state_dir / repair_files.HISTORY_FILE))
     return dict(past["counts"])
 
 
@@ -422,7 +403,7 @@ def cannot_look(why: str, state_dir: Path, verdict_file: Path, metrics_file: Pat
                 "transitions": transitions, "stale_after": _stale_after(now, stale_after_s),
                 "last_success": None if last is None else _stamp(last),
                 "findings": [finding.as_dict() for finding in findings], "probe": None}
-    write_atomic(verdict_file, json.dumps(document, indent=2, sort_keys=True) + "\n")
+    write_json(verdict_file, document)
     if metrics_file is not None and metrics_file.parent.is_dir():
         write_atomic(metrics_file, render({}, UNHEALTHY, findings, mode=mode, up=False,
                                           last_success=last))

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from onecat.serve.gate import Malformed, _request, smoke
+from onecat.serve.gate import MALFORMED_ANSWER, Malformed, _request, smoke
 
 from . import likelihood
 from .degenerate import degenerate
@@ -84,8 +84,11 @@ def probe(base_url: str, served_name: str, prompt: ProbePrompt | str, max_tokens
     started = time.monotonic()
     _, reason, text = smoke(base_url, served_name, item.prompt, max_tokens, api_key, timeout_s)
     if not text and reason.startswith("the smoke completion failed"):
+        # A server that answers malformed HTTP was reached and answers wrong: a fault the node
+        # drains for (issue 26), not one still loading that the gateway's check takes out
+        # (HAProxy checks /health, which may stay fine while completions are malformed).
         return ProbeResult(item.prompt, "", False, reason.replace("smoke completion", "probe"),
-                           time.monotonic() - started, reached=False)
+                           time.monotonic() - started, reached=MALFORMED_ANSWER in reason)
     tokens = tokenize(base_url, served_name, text, api_key) if text.strip() else None
     verdict = judge(text, item.expect, tokens)
     return ProbeResult(item.prompt, text, verdict.ok, verdict.reason,

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 import nvml_double_harness as double
@@ -19,13 +17,6 @@ from standin_harness import standin
 from onecat.watch.prompts import SCORE_TEXTS
 
 PROMPTS = "The capital of France is => Paris\nCount from one to ten: one, two, three,\n"
-
-
-@pytest.fixture(scope="module")
-def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("nvml-double")
-    double.build(out)
-    return out
 
 
 def _burnin(libdir: Path, scenario: str, tmp_path: Path, url: str, seconds: float,

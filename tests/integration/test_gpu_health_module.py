@@ -13,19 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
 import nvml_double_harness as double
 
 BIN = Path(sys.executable).parent
-
-
-@pytest.fixture(scope="module")
-def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("nvml-double")
-    double.build(out)
-    return out
 
 
 def run_module(libdir: Path, scenario: str, args: str = "", *, python: str = sys.executable,

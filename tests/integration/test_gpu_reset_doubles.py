@@ -48,13 +48,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("nvml-double")
-    double.build(out)
-    return out
-
-
 @pytest.fixture
 def node(tmp_path: Path) -> dict[str, Path]:
     """A node's edge on this machine: /run (loaded module), the device files, a bin with the

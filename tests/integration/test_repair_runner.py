@@ -16,8 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
 import nvml_double_harness as double
 
@@ -76,13 +74,6 @@ print(json.dumps({"before": [f["code"] for f in findings], "held_reset": held,
                   "after": [f["code"] for f in host.look()[1]]}))
 host.stop_engine()
 """
-
-
-@pytest.fixture(scope="module")
-def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("nvml-double")
-    double.build(out)
-    return out
 
 
 def _ladder(libdir: Path, tmp_path: Path, fault: str, rungs: str) -> dict:

@@ -23,13 +23,6 @@ from onecat.watch.prompts import DEFAULT_FILE
 SCENARIO = "healthy_pcie_pair"
 
 
-@pytest.fixture(scope="module")
-def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("nvml-double")
-    double.build(out)
-    return out
-
-
 def _look(libdir: Path, tmp_path: Path, url: str, *extra: str) -> tuple[int, str, dict]:
     agent = tmp_path / "agent"
     done = subprocess.run(

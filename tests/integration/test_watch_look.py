@@ -23,13 +23,6 @@ from gateway_harness import wait_until
 from standin_harness import standin
 
 
-@pytest.fixture(scope="module")
-def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("nvml-double")
-    double.build(out)
-    return out
-
-
 def _look(libdir: Path, scenario: str | Path, tmp_path: Path, *extra: str,
           env: dict[str, str] | None = None) -> tuple[int, str, dict | None]:
     (tmp_path / "textfile").mkdir(exist_ok=True)

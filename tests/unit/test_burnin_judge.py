@@ -70,7 +70,7 @@ def test_answers_under_load_are_judged_on_their_own_never_against_the_idle_ones(
     idle = [_result("p", " Paris. It is the capital and the largest city of France")]
     other = _result("p", " Paris. It is a city of many bridges, museums and old streets")
     assert answer_findings(idle, [Asked(5, other), Asked(15, other)]) == []
-    bad = _result("p", " Paris!!!!!!!!", False, "collapsed into repetition: '!' 8.0 times")
+    bad = _result("p", " Paris!!!!!!!!", False, "collapsed into repetition: '!' 8 times")
     found = answer_findings(idle, [Asked(5, other), Asked(15, bad)])
     assert len(found) == 1 and "1 of 2 answers and likelihoods under load failed; first at " \
         "15 s, the answer to 'p': collapsed" in found[0].message

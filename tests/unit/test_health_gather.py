@@ -22,13 +22,6 @@ import nvml_double_harness as double
 
 
 @pytest.fixture(scope="session")
-def libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("nvml-double")
-    double.build(out)
-    return out
-
-
-@pytest.fixture(scope="session")
 def legacy_libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("nvml-double-legacy")
     double.build(out, hide=double.LEGACY_DRIVER_HIDDEN)

@@ -10,33 +10,32 @@ from typing import ClassVar
 
 import pytest
 
-from onecat.serve.gate import judge_smoke, repeated_token, smallest_period, smoke, wait_ready
+from onecat.serve.gate import judge_smoke, smoke, wait_ready
 
 
 @pytest.mark.parametrize(("text", "piece"), [
-    ("!!!!!!!!", "!"),
-    (" the the the the", "the"),
-    ("abcabcabc", "abc"),
-    (" ! ! ! !", "!"),
+    ("!!!!!!!!", "'!'"),
+    (" the" * 16, "' the'"),
+    ("abc" * 8, "'abc'"),
+    (" !" * 8, "' !'"),
     ("Paris. It is the capital", None),
     ("!!", None),  # too short to call it garbage
-    ("", None),
 ])
-def test_repeated_token(text, piece):
-    assert repeated_token(text) == piece
-
-
-def test_smallest_period():
-    assert smallest_period("abab") == 2
-    assert smallest_period("abcab") == 5
-    assert smallest_period("aaaa") == 1
+def test_a_repeated_token_fails_the_smoke(text, piece):
+    # The repeated piece is named in the reason; what is not garbage passes.
+    ok, reason = judge_smoke(text)
+    assert ok is (piece is None), reason
+    if piece is not None:
+        assert f"collapsed into repetition: {piece}" in reason, reason
 
 
 def test_judge_smoke_reasons():
     assert judge_smoke("   ") == (False, "the smoke completion returned no text")
     ok, reason = judge_smoke("!!!!!!!!!!!!!!!!")
     assert not ok
-    assert reason.startswith("the smoke completion is one token repeated ('!' x 16")
+    assert reason.startswith("the smoke completion has degenerated (collapsed into repetition: "
+                             "'!' 16 times at the end")
+    assert reason.endswith("the garbage/NaN symptom of a broken engine or kernel")
     assert judge_smoke(" Paris, a city") == (True, "the smoke completion answered 'Paris, a city'")
 
 
@@ -127,4 +126,4 @@ def test_smoke_fails_on_garbage(server):
     state["text"] = "!" * 16
     passed, reason, text = smoke(url, "m", "x", 16)
     assert not passed and text == "!" * 16
-    assert "one token repeated" in reason
+    assert "has degenerated (collapsed into repetition: '!'" in reason

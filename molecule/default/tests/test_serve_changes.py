@@ -42,7 +42,8 @@ def test_garbage_image_is_rolled_back(host, run_playbook):
                        "-e", json.dumps({"vllm_serve_image_env": {"STANDIN_BROKEN": "1"}}))
     flat = " ".join(run.output.split())
     assert run.rc == 2, run.output[-3000:]
-    assert "failed its smoke test: the smoke completion is one token repeated ('!'" in flat
+    assert ("failed its smoke test: the smoke completion has degenerated (collapsed into "
+            "repetition: '!'") in flat
     assert ("rolled back to the previous unit and image, which passed the gate and serves "
             "again") in flat
     assert "Last " in flat and "lines of the vllm container's log" in flat
