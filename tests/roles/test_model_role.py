@@ -114,7 +114,8 @@ def test_the_locked_files_pass(hub, tmp_path):
                                    {"model_sync_parallel": "{{ 2 }}; 3"}])
 def test_transfer_limits_rsync_cannot_take_are_refused_first(hub, tmp_path, extra):
     outcome = _run(tmp_path, None, {"ctl": extra})
-    assert outcome["failed_task"] == "Refuse transfer limits rsync and Ansible cannot take.", outcome
+    refused = "Refuse transfer limits rsync and Ansible cannot take."
+    assert outcome["failed_task"] == refused, outcome
     assert "model_sync_bwlimit" in outcome["msg"] and outcome["changed"] == []
 
 
