@@ -477,6 +477,13 @@ def _watch_catches_ecc_then_garbage(a) -> None:
     assert rows["fleet-a"].split()[1:3] == ["unhealthy", "held"], table
     assert "FAILED collapsed into repetition" in rows["fleet-a"], table
     assert rows["fleet-b"].split()[1:3] == ["healthy", "in"], table
+    # fleet-b's engine is the stand-in as every node runs it: not batch-invariant (its answers
+    # change with the requests in flight). Probed on every look under the same load, it was
+    # never taken out.
+    b_journal = node("fleet-b").check_output("journalctl -u onecat-watch.service --no-pager -o cat")
+    assert "watch: in ->" not in b_journal, b_journal[-2000:]
+    probed = watch_verdict("fleet-b")["probe"]
+    assert probed and all(answer["ok"] for answer in probed), probed
     # fleet-c never served (held at health) but got the watch from the stage run alone: its
     # GPU 1's uncorrectable error since the driver loaded is a condition the watch judges on
     # every look (the health stage's own rule), so its watch holds it out too, and the newest
