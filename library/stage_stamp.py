@@ -62,6 +62,21 @@ options:
     type: list
     elements: str
     default: []
+  images:
+    description:
+      - Container images the stage manages, by ID or name (record only), fingerprinted with
+        C(docker image inspect) (any image store, any data-root).
+    type: list
+    elements: str
+    default: []
+  trees:
+    description:
+      - Folders the stage manages (record only), fingerprinted by every file's path, size and
+        modification time (not content: a model's weights); onecat's own C(.onecat-*) files are
+        left out.
+    type: list
+    elements: path
+    default: []
   dir:
     description: Folder of the stamps on the node.
     type: path
@@ -116,10 +131,12 @@ from ansible.module_utils.onecat.host.stamp import (
     UNIT_PROPERTIES,
     compare,
     fingerprint,
+    image_state,
     parse_dpkg,
     path_state,
     read_stamp,
     stamp_document,
+    tree_state,
     unit_state,
     write_stamp,
 )
@@ -148,12 +165,25 @@ def _units(module: AnsibleModule, names: list[str]) -> dict[str, str]:
     return states
 
 
+def _images(module: AnsibleModule, names: list[str]) -> dict[str, str]:
+    # Docker's API through its CLI: the same answer with the containerd image store (Docker 29's
+    # default on new installs) or a moved data-root, where a path under /var/lib/docker is not.
+    states = {}
+    for name in names:
+        rc, out, _ = module.run_command(["docker", "image", "inspect", "--format", "{{.Id}}",
+                                         name])
+        states[name] = image_state(name, out, rc)
+    return states
+
+
 def _fingerprint(module: AnsibleModule, manages: dict[str, list[str]]) -> dict[str, str]:
     files = sorted(set(manages.get("files", [])) | set(HOST_FILES))
     return fingerprint(
         {path: path_state(path) for path in files},
         _packages(module, sorted(set(manages.get("packages", [])))),
         _units(module, sorted(set(manages.get("units", [])))),
+        _images(module, sorted(set(manages.get("images", [])))),
+        {path: tree_state(path) for path in sorted(set(manages.get("trees", [])))},
     )
 
 
@@ -167,6 +197,8 @@ def main() -> None:
             "files": {"type": "list", "elements": "path", "default": []},
             "packages": {"type": "list", "elements": "str", "default": []},
             "units": {"type": "list", "elements": "str", "default": []},
+            "images": {"type": "list", "elements": "str", "default": []},
+            "trees": {"type": "list", "elements": "path", "default": []},
             "dir": {"type": "path", "default": "/var/lib/onecat/stamps"},
         },
         supports_check_mode=True,
@@ -208,7 +240,8 @@ def main() -> None:
             outputs=outputs if isinstance(outputs, dict) else {},
         )
 
-    manages = {"files": params["files"], "packages": params["packages"], "units": params["units"]}
+    manages = {"files": params["files"], "packages": params["packages"], "units": params["units"],
+               "images": params["images"], "trees": params["trees"]}
     now = _fingerprint(module, manages)
     document = stamp_document(params["want"], manages, now, params["outputs"])
     if module.check_mode:

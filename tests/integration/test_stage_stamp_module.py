@@ -117,3 +117,34 @@ def test_what_is_wanted_covers_the_roles_files_and_the_onecat_variables_they_rea
     (roles / "gpu_health" / "tasks" / "pynvml-venv.yml").write_text(
         (roles / "gpu_health" / "tasks" / "pynvml-venv.yml").read_text() + "\n# changed\n")
     assert current() is False
+
+
+def test_a_pruned_image_or_a_changed_model_file_is_seen(tmp_path: Path, monkeypatch) -> None:
+    # The image is asked of Docker (a double here: `docker image inspect` answers 1 and "No
+    # such image" once the image is gone), the model folder stat'ed file by file.
+    doubles = tmp_path / "bin"
+    doubles.mkdir()
+    images = tmp_path / "images"
+    images.write_text("sha256:feed\n")
+    docker = doubles / "docker"
+    docker.write_text(f'#!/bin/sh\nid="$5"\nif grep -qx "$id" {images}; then echo "$id"; '
+                      'else echo "Error: No such image: $id" >&2; exit 1; fi\n')
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{doubles}:{os.environ['PATH']}")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"\0" * 64)
+    base = {"stage": "serve", "want": "w", "dir": str(tmp_path / "stamps")}
+    written = run({**base, "state": "record", "images": ["sha256:feed"], "trees": [str(model)]})
+    assert written["fingerprint"]["image:sha256:feed"] == "sha256:feed", written
+    assert written["fingerprint"][f"tree:{model}"].startswith("1 files, ")
+    assert run(base)["current"] is True
+
+    images.write_text("")  # `docker image prune -a` while the unit was stopped
+    pruned = run(base)
+    assert pruned["current"] is False and "image:sha256:feed" in pruned["reason"], pruned
+    images.write_text("sha256:feed\n")
+    assert run(base)["current"] is True
+    (model / "model.safetensors").write_bytes(b"\0" * 8)  # a shard cut short behind our back
+    cut = run(base)
+    assert cut["current"] is False and f"tree:{model}" in cut["reason"], cut
