@@ -48,8 +48,18 @@ def test_removed_and_unheld_packages_are_reinstalled_and_held_again(host, run_pl
     state = _sh(f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Version}}' {TOOLKIT}")
     assert state == f"hi  {version}"
 
-    again = run_playbook(STAGES, "--limit", NODE)
+    # An unrelated repository and its keyring added to the host meanwhile (a monitoring agent's,
+    # say): no entry the stage reuses, so its stamp does not cover it (before, every file of
+    # sources.list.d and the keyrings did: the stage ran again, and its apt update failed).
+    _sh("printf 'deb [signed-by=/usr/share/keyrings/example.gpg] http://example.invalid/apt "
+        "stable main\\n' > /etc/apt/sources.list.d/example.list && "
+        "printf 'key' > /usr/share/keyrings/example.gpg")
+    try:
+        again = run_playbook(STAGES, "--limit", NODE)
+    finally:
+        _sh("rm -f /etc/apt/sources.list.d/example.list /usr/share/keyrings/example.gpg")
     assert again.rc == 0, again.output[-3000:]
     assert again.recap(NODE)["changed"] == 0, again.output[-3000:]
     # ... and the run after the repair skips the stage: its stamp matches again.
-    assert f"{NODE}: the runtime stage is skipped: unchanged" in " ".join(again.output.split())
+    said = " ".join(again.output.split())
+    assert f"{NODE}: the runtime stage is skipped: unchanged" in said, again.output[-3000:]
