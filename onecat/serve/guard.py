@@ -11,7 +11,22 @@ Rules, read from the container's environment (the root-only --env-file):
 - /metrics needs the scrapers' own `Authorization: Bearer $ONECAT_METRICS_KEY` (the API key is
   not enough: clients do not read the server's metrics);
 - paths listed in ONECAT_GUARD_OPEN_PATHS (comma-separated, exact) answer without a key;
-- without VLLM_API_KEY nothing is let through (closed, not open, when misconfigured).
+- without VLLM_API_KEY nothing is let through (closed, not open, when misconfigured);
+- keys listed in ONECAT_RETIRING_API_KEYS (comma-separated; the key alphabet has no comma) are
+  accepted too, wherever VLLM_API_KEY is: a fleet key rotation keeps the previous key there
+  until the gateway sends the new one (roles/vllm_serve/tasks/fleet_key.yml). A request that
+  presents a retiring key goes on inward with `Authorization: Bearer $VLLM_API_KEY`, because
+  vLLM's own AuthenticationMiddleware (inside this one: --middleware is added last, so it is
+  the outermost) checks /v1 against VLLM_API_KEY alone.
+
+Why not vLLM's own list of keys: the pinned fork's --api-key is `list[str]` ("the server will
+require one of these keys", 1Cat-vLLM vllm/entrypoints/openai/cli_args.py:267-269, taking
+precedence over VLLM_API_KEY, api_server.py:264-268), but it is an argument: on the command
+line it is in every `ps` of the node, and as an argument (also from a --config YAML file,
+vllm/utils/argparse_utils.py:443-560) it is printed at startup in "non-default args: {...}"
+(vllm/entrypoints/utils.py:276-278, called from api_server.py:539), a line the serve role's
+rollback copies into its failure message (roles/vllm_serve/tasks/rollback.yml). The keys stay
+in the root-only environment file.
 """
 
 from __future__ import annotations
@@ -23,11 +38,15 @@ import os
 METRICS_PATH = "/metrics"
 
 
-def _keys_from_env() -> tuple[str, str, frozenset[str]]:
-    listed = os.environ.get("ONECAT_GUARD_OPEN_PATHS", "").split(",")
-    open_paths = frozenset(p.strip() for p in listed if p.strip())
+def _listed(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _keys_from_env() -> tuple[str, str, frozenset[str], tuple[str, ...]]:
+    open_paths = frozenset(_listed(os.environ.get("ONECAT_GUARD_OPEN_PATHS", "")))
     return (os.environ.get("VLLM_API_KEY", "").strip(),
-            os.environ.get("ONECAT_METRICS_KEY", "").strip(), open_paths)
+            os.environ.get("ONECAT_METRICS_KEY", "").strip(), open_paths,
+            _listed(os.environ.get("ONECAT_RETIRING_API_KEYS", "")))
 
 
 def bearer(headers: list[tuple[bytes, bytes]]) -> str:
@@ -45,33 +64,52 @@ def _matches(token: str, key: str) -> bool:
 
 
 def decide(path: str, token: str, api_key: str, metrics_key: str,
-           open_paths: frozenset[str] = frozenset()) -> int:
-    """0 to let the request through, else the HTTP status to answer with (401)."""
+           open_paths: frozenset[str] = frozenset(), retiring: tuple[str, ...] = ()) -> int:
+    """0 to let the request through, else the HTTP status to answer with (401).
+
+    A retiring key opens what the API key opens, and only while there is an API key."""
     if path in open_paths:
         return 0
     if path == METRICS_PATH or path.startswith(METRICS_PATH + "/"):
         return 0 if _matches(token, metrics_key) else 401
-    return 0 if _matches(token, api_key) else 401
+    if _matches(token, api_key):
+        return 0
+    # Every retiring key is compared (no early exit): the time taken does not say which matched.
+    matched = [_matches(token, old) for old in retiring]
+    return 0 if api_key and any(matched) else 401
+
+
+def with_bearer(headers: list[tuple[bytes, bytes]], token: str) -> list[tuple[bytes, bytes]]:
+    """The headers with every Authorization header replaced by one `Bearer TOKEN`."""
+    kept = [(name, value) for name, value in headers if name.lower() != b"authorization"]
+    return [*kept, (b"authorization", f"Bearer {token}".encode("latin-1"))]
 
 
 class Guard:
     """ASGI middleware: `Guard(app)`; answers 401 before the app sees an unauthorised request."""
 
     def __init__(self, app, api_key: str | None = None, metrics_key: str | None = None,
-                 open_paths: frozenset[str] | None = None) -> None:
+                 open_paths: frozenset[str] | None = None,
+                 retiring: tuple[str, ...] | None = None) -> None:
         self.app = app
-        env_api, env_metrics, env_open = _keys_from_env()
+        env_api, env_metrics, env_open, env_retiring = _keys_from_env()
         self.api_key = env_api if api_key is None else api_key
         self.metrics_key = env_metrics if metrics_key is None else metrics_key
         self.open_paths = env_open if open_paths is None else open_paths
+        self.retiring = env_retiring if retiring is None else tuple(retiring)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope.get("type") not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        status = decide(scope.get("path", ""), bearer(scope.get("headers") or []),
-                        self.api_key, self.metrics_key, self.open_paths)
+        path, headers = scope.get("path", ""), scope.get("headers") or []
+        token = bearer(headers)
+        status = decide(path, token, self.api_key, self.metrics_key, self.open_paths,
+                        self.retiring)
         if status == 0:
+            if self.api_key and token and any(_matches(token, old) for old in self.retiring):
+                # A retiring key: vLLM's own check inside accepts only VLLM_API_KEY.
+                scope = {**scope, "headers": with_bearer(headers, self.api_key)}
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":

@@ -48,7 +48,7 @@ def test_accepts_every_flag_onecat_passes(tmp_path):
     assert resolved["max_model_len"] == 8192
     assert resolved["dtype"] == "float16"
     assert resolved["detected_quantization"] == "compressed-tensors"
-    assert resolved["api_key"] == "k"
+    assert resolved["api_keys"] == ["k"]  # --api-key takes a list, as in the fork
 
 
 def _hybrid_config() -> dict:

@@ -68,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--host", default=None)
     add("--port", type=int, default=8000)
     add("--uds", default=None)
-    add("--api-key", default=None)
+    # The fork's `api_key: list[str] | None`, "the server will require one of these keys"
+    # (1Cat-vLLM vllm/entrypoints/openai/cli_args.py:267-269): one flag, several values.
+    add("--api-key", nargs="+", default=None)
     add("--middleware", action="append", default=[],
         help="Additional ASGI middleware to apply to the app (an import path; repeatable).")
     add("--served-model-name", nargs="+", default=None)
@@ -244,7 +246,9 @@ def resolve(args: argparse.Namespace, knobs: settings_mod.Settings) -> dict:
         # --no-enable-prefix-caching turns it off.
         "prefix_caching": args.enable_prefix_caching is not False,
         "served_names": args.served_model_name or [model],
-        "api_key": args.api_key or os.environ.get("VLLM_API_KEY") or None,
+        # "Ensure --api-key option from CLI takes precedence over VLLM_API_KEY", then empty
+        # keys dropped (1Cat-vLLM vllm/entrypoints/openai/api_server.py:264-265).
+        "api_keys": [key for key in (args.api_key or [os.environ.get("VLLM_API_KEY")]) if key],
     }
 
 
@@ -274,7 +278,7 @@ async def _run_server(args: argparse.Namespace, knobs: settings_mod.Settings,
     block = resolved["block_size"]
     cache = PrefixCache(resolved["kv_tokens"] // block, block, resolved["prefix_caching"])
     app = App(ServeConfig(resolved["served_names"], resolved["model"],
-                          resolved["max_model_len"], vocab, resolved["api_key"],
+                          resolved["max_model_len"], vocab, resolved["api_keys"],
                           not args.disable_uvicorn_access_log,
                           load_middleware(args.middleware), cache), engine)
     host = args.host or "0.0.0.0"

@@ -2,7 +2,8 @@
 
 Routes and shapes follow vLLM's api_server: /health, /v1/models, /v1/completions,
 /v1/chat/completions (SSE streaming with `data: [DONE]`, include_usage),
-POST /tokenize, GET /metrics. Only /v1/* routes need the API key, as in vLLM.
+POST /tokenize, GET /metrics. Only /v1/* routes need the API key (any one of
+--api-key's values), as in vLLM.
 `--middleware` classes run as ASGI middleware in front of the routes (as vLLM adds them
 with Starlette's add_middleware): one that answers itself short-circuits the request,
 one that calls the app lets it through to the routes.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import sys
@@ -28,6 +31,9 @@ from standin_vllm.engine import Engine
 from standin_vllm.kvcache import PrefixCache, PrefixRequest
 from standin_vllm.settings import hits
 
+# vLLM's guarded prefixes (1Cat-vLLM vllm/entrypoints/openai/server_utils.py:38).
+GUARDED_PREFIX = ("/v1", "/v2", "/inference")
+
 
 @dataclass
 class ServeConfig:
@@ -35,7 +41,7 @@ class ServeConfig:
     model_path: str
     max_model_len: int
     vocab_size: int
-    api_key: str | None
+    api_keys: list[str]  # --api-key's values, else VLLM_API_KEY; empty: no key
     access_log: bool
     middleware: list = field(default_factory=list)
     prefix_cache: PrefixCache | None = None  # --enable-prefix-caching (kvcache.py)
@@ -171,15 +177,19 @@ class App:
         self._send(conn, request, status, _dumps(obj))
 
     # --- routing -----------------------------------------------------------
-    async def _middleware_passes(self, conn: Connection, request: Request) -> bool:
-        """Run the --middleware chain; False when a middleware answered the request itself."""
+    async def _middleware_passes(self, conn: Connection, request: Request) -> dict | None:
+        """Run the --middleware chain: the headers that reach the app (a middleware may change
+        them, as Starlette passes each one's scope inward), or None when a middleware answered
+        the request itself."""
         if not self.config.middleware:
-            return True
-        passed = False
+            return request.headers
+        passed: dict | None = None
 
         async def routes(scope, receive, send) -> None:
             nonlocal passed
-            passed = True
+            passed = {}
+            for name, value in scope.get("headers") or []:
+                passed[name.decode("latin-1").lower()] = value.decode("latin-1")
 
         chain = routes
         for middleware in self.config.middleware:  # the last added is the outermost
@@ -203,20 +213,35 @@ class App:
                              for k, v in request.headers.items()],
                  "client": conn.peer, "server": None}
         await chain(scope, receive, send)
-        if passed:
-            return True
+        if passed is not None:
+            return passed
         types = [v for k, v in answer["headers"] if k.lower() == b"content-type"]
         self._send(conn, request, answer["status"], answer["body"],
                    types[0].decode("latin-1") if types else "text/plain")
-        return False
+        return None
+
+    def _authorized(self, method: str, path: str, headers: dict) -> bool:
+        """vLLM's AuthenticationMiddleware (1Cat-vLLM vllm/entrypoints/openai/server_utils.py
+        :38-89), inside every --middleware: OPTIONS and paths outside /v1, /v2 and /inference
+        pass; else `Authorization: <scheme> <token>` with the scheme "bearer" in any case and
+        the token equal to any one of the keys."""
+        if not self.config.api_keys or method == "OPTIONS" or not path.startswith(GUARDED_PREFIX):
+            return True
+        scheme, _, token = (headers.get("authorization") or "").partition(" ")
+        if not scheme or scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(token.encode("utf-8")).digest()
+        match = False
+        for key in self.config.api_keys:
+            match |= hmac.compare_digest(digest, hashlib.sha256(key.encode("utf-8")).digest())
+        return match
 
     async def handle(self, conn: Connection, request: Request) -> None:
         path = request.path.split("?", 1)[0]
-        if not await self._middleware_passes(conn, request):
+        headers = await self._middleware_passes(conn, request)
+        if headers is None:
             return
-        key = self.config.api_key
-        if key and path.startswith("/v1") and (
-                request.headers.get("authorization") != f"Bearer {key}"):
+        if not self._authorized(request.method, path, headers):
             self._send_json(conn, request, 401, {"error": "Unauthorized"})
             return
         try:
