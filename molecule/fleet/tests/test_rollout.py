@@ -9,6 +9,7 @@ The tests depend on each other's order, as the rollouts of a real fleet do.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -276,6 +277,62 @@ def test_good_upgrade_drains_each_node_and_no_stream_fails(run_playbook):
     summary = {"before": ttft_ms(before), "during": ttft_ms(during), "requests": len(outcomes),
                "failed": len(failed(outcomes)), "seconds": round(run.seconds)}
     (Path(results) / "gateway-load.json").write_text(json.dumps(summary, indent=2))
+
+
+FLEET_KEY = EPHEMERAL / "secrets" / "engine-api-key"  # onecat_fleet_key_file (group_vars)
+
+
+def engine_status(name: str, key: str, path: str = "/v1/models") -> int:
+    """HTTP status of the node's own server for `path` with `key` (asked on the node)."""
+    port = 8001 if name == "fleet-b" else 8000
+    return http_status(node(name), f"http://127.0.0.1:{port}{path}", key)
+
+
+def test_the_fleet_key_rotates_and_retires_with_no_failed_request(run_playbook):
+    """-e onecat_fleet_key_rotate=true: each node restarts (drained) accepting the old key and
+    a new one while the gateway still sends the old one; the gateway then sends the new key;
+    the next rollout retires the old key from every node. Clients stream throughout."""
+    old = FLEET_KEY.read_text().strip()
+    load = start_load(max_seconds=1500)
+    try:
+        time.sleep(5)
+        rotated = run_playbook(SITE, "-e", GOOD_ENV, "-e", "onecat_fleet_key_rotate=true",
+                               "-e", f"onecat_results_dir={EPHEMERAL / 'results' / 'rotate'}")
+        new = FLEET_KEY.read_text().strip()
+        retiring = Path(f"{FLEET_KEY}.retiring")
+        kept = retiring.read_text().strip() if retiring.exists() else ""
+        sent = Path(f"{FLEET_KEY}.sent").read_text().strip()
+        accepted = {(name, key): engine_status(name, key)
+                    for name in ("fleet-a", "fleet-b") for key in (old, new)}
+        config = node("fleet-b").check_output("cat /etc/haproxy/haproxy.cfg")
+        retired = run_playbook(SITE, "-e", GOOD_ENV,
+                               "-e", f"onecat_results_dir={EPHEMERAL / 'results' / 'retire'}")
+        time.sleep(3)
+    finally:
+        outcomes = load.stop()
+    print(f"\nfleet key rotated in {rotated.seconds:.0f} s, retired in {retired.seconds:.0f} s: "
+          f"{len(outcomes)} streamed requests, {len(failed(outcomes))} failed")
+    assert rotated.rc == 2, rotated.output[-4000:]  # fleet-c is still held out
+    assert new != old and kept == old, "the old key was not kept as the retiring key"
+    assert sent == "sha256:" + hashlib.sha256(new.encode()).hexdigest(), sent
+    # After the rotation: both keys open every serving node, the gateway sends the new one
+    # (and recorded so), and neither key is in the output of the run.
+    assert all(status == 200 for status in accepted.values()), accepted
+    assert f"Bearer {new}" in config and f"Bearer {old}" not in config
+    assert old not in rotated.output and new not in rotated.output
+    assert rotated.output.count(DRAIN_TASK) == 2, rotated.output[-4000:]
+    # After the next rollout: the old key is refused everywhere, the new one still opens.
+    assert retired.rc == 2, retired.output[-4000:]
+    assert "the previous key is retired" in " ".join(retired.output.split())
+    assert not retiring.exists() and old not in retired.output and new not in retired.output
+    assert retired.output.count(DRAIN_TASK) == 2, retired.output[-4000:]
+    for name in ("fleet-a", "fleet-b"):
+        assert engine_status(name, old) == 401 and engine_status(name, old, "/health") == 401
+        assert engine_status(name, new) == 200
+        assert "ONECAT_RETIRING_API_KEYS" not in node(name).check_output(
+            "cat /etc/onecat/vllm.env")
+    assert len(outcomes) >= 40, len(outcomes)
+    assert_streams_whole(outcomes)
 
 
 # The hold the driver and runtime stages take before a reboot or a Docker restart
