@@ -110,6 +110,12 @@ def test_affinity_keeps_a_conversation_on_its_cache_and_a_drain_moves_only_its_o
     config = node("fleet-b").check_output("cat /etc/haproxy/haproxy.cfg")
     assert "balance hdr(X-Onecat-Route)" in config and "hash-type consistent" in config
     assert "hash-balance-factor 125" in config and "backend onecat_keyless" in config
+    # Of the configurations onecat wrote (each holds the engines' key, the retired one too),
+    # only the last stays beside it, as .previous: no dated copy of them piles up.
+    copies = node("fleet-b").run(
+        "grep -l '^# The onecat gateway: ' /etc/haproxy/haproxy.cfg.*~").stdout.split()
+    assert copies == [], copies
+    assert node("fleet-b").file("/etc/haproxy/haproxy.cfg.previous").exists
     assert len(outcomes) >= 5, len(outcomes)
     assert_streams_whole(outcomes)  # the reload cut no stream
     servers = wait_for_servers(lambda rows: all(rows[n]["status"].startswith("UP")
