@@ -50,12 +50,14 @@ def _keys_from_env() -> tuple[str, str, frozenset[str], tuple[str, ...]]:
 
 
 def bearer(headers: list[tuple[bytes, bytes]]) -> str:
-    """The token of an `Authorization: Bearer TOKEN` header ('' when there is none)."""
+    """The token of the `Authorization: Bearer TOKEN` header ('' when there is none). Only the
+    first Authorization header counts, as in vLLM's own check behind this one (Starlette's
+    Headers.get, server_utils.py AuthenticationMiddleware): a request that repeats the header
+    is judged by what vLLM would read (found by tests/fuzz/test_fuzz_guard.py)."""
     for name, value in headers:
         if name.lower() == b"authorization":
             scheme, _, token = value.decode("latin-1").strip().partition(" ")
-            if scheme.lower() == "bearer":
-                return token.strip()
+            return token.strip() if scheme.lower() == "bearer" else ""
     return ""
 
 
