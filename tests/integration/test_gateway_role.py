@@ -8,6 +8,7 @@ systemd host and is exercised by the molecule `fleet` scenario.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 PLAYBOOK = "- hosts: gateway\n  gather_facts: false\n  roles: [gateway]\n"
 
 
-def run_role(tmp_path: Path, nodes: dict, *extra: str) -> subprocess.CompletedProcess:
+def run_role(tmp_path: Path, nodes: dict, *extra: str,
+             wrap: list[str] | None = None) -> subprocess.CompletedProcess:
     inventory = {"all": {"children": {
         "v100": {"hosts": {name: ({"onecat_gateway_node": state} if state else {})
                            for name, state in nodes.items()}},
@@ -33,7 +35,8 @@ def run_role(tmp_path: Path, nodes: dict, *extra: str) -> subprocess.CompletedPr
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     config = tmp_path / "haproxy.cfg"
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inv.yml"),
+        [*(wrap or []),
+         str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "inv.yml"),
          str(tmp_path / "play.yml"), "-e", f"gateway_config_file={config}",
          "-e", f"gateway_files_dir={tmp_path / 'files'}", *extra],
         capture_output=True, text=True, cwd=REPO, check=False, timeout=300,
@@ -124,4 +127,51 @@ def test_a_node_agent_the_gateway_cannot_reach_is_refused(tmp_path):
     assert f"the node agent of n1 (127.0.0.1:{port}) does not answer from here" in output, \
         output[-2000:]
     assert "ufw allow from GATEWAY_IP to any port 8003 proto tcp" in output
+    assert (tmp_path / "haproxy.cfg").read_text() == "# the running configuration\n"
+
+
+FIREWALL = """set -e
+ip link set lo up
+# A host firewall that drops the agent port (iptables-nft: nftables underneath on Debian 12),
+# the way ufw's default policy does: the SYN is dropped, the gateway's connect just hangs.
+iptables -A INPUT -p tcp --dport "$1" -j DROP
+"$2" "$3" "$1" >/dev/null 2>&1 &
+listener=$!
+sleep 0.5
+shift 3
+rc=0
+"$@" || rc=$?
+kill "$listener"
+exit "$rc"
+"""
+LISTENER = """import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+time.sleep(600)
+"""
+NETNS_TOOLS = ("iptables", "unshare", "ip")
+
+
+@pytest.mark.skipif(not all(map(shutil.which, NETNS_TOOLS)), reason="needs iptables, unshare, ip")
+def test_a_node_agent_behind_a_host_firewall_is_refused_naming_it(tmp_path):
+    # A real netfilter rule in a network namespace of the test's own: the agent listens, but
+    # the host firewall drops its port, as on a node with ufw active and no rule for it.
+    probe = subprocess.run(["unshare", "--net", "iptables", "-L"], capture_output=True,
+                           check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"no network namespace with netfilter here: {probe.stderr[-200:]!r}")
+    port = free_port()
+    (tmp_path / "firewall.sh").write_text(FIREWALL)
+    (tmp_path / "listener.py").write_text(LISTENER)
+    (tmp_path / "haproxy.cfg").write_text("# the running configuration\n")
+    proc = run_role(tmp_path, {"n1": {**SERVING, "agent_port": port}},
+                    "-e", "gateway_agent_reach_timeout=2",
+                    wrap=["unshare", "--net", "sh", str(tmp_path / "firewall.sh"), str(port),
+                          sys.executable, str(tmp_path / "listener.py")])
+    output = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, output[-2000:]
+    assert f"the node agent of n1 (127.0.0.1:{port}) does not answer from here" in output, \
+        output[-2000:]
+    assert "ufw allow from GATEWAY_IP to any port" in output and "firewall-cmd" in output
     assert (tmp_path / "haproxy.cfg").read_text() == "# the running configuration\n"
