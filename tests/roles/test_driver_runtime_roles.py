@@ -416,6 +416,27 @@ def test_one_docker_source_for_the_fleet_kept_in_the_lock(tmp_path):
     assert json.loads(lock.read_text()) == locked
 
 
+@pytest.mark.parametrize("bound", [True, False])
+def test_dev_char_links_are_made_once_now_when_the_driver_is_bound(tmp_path, bound):
+    # The udev rule acts at the driver's next bind; on a host whose driver is bound already the
+    # links are made once when the rule is written (nvidia-ctk is a double that logs its call).
+    sysfs = tmp_path / "sys"
+    (sysfs / "module" / ("nvidia" if bound else "nouveau")).mkdir(parents=True)
+    calls = tmp_path / "calls"
+    doubles = _doubles(tmp_path / "bin", **{"nvidia-ctk": f'echo "$@" >> {calls}'})
+    hosts = {"h": {"container_runtime_sysfs_root": str(sysfs),
+                   "container_runtime_dev_char_rule_file": str(tmp_path / "rules" / "71.rules")}}
+    for run in (1, 2):
+        data = run_playbook("dev_char.yml", hosts, tmp_path, check=False, path_first=doubles)
+        outcome = host_outcome(data, "h")
+        assert outcome["failed_task"] is None, outcome
+        made = "Create the /dev/char links now, not only at the driver's next bind."
+        assert (made in outcome["changed"]) == (bound and run == 1), (run, outcome)
+    assert "create-dev-char-symlinks --create-all" in (tmp_path / "rules" / "71.rules").read_text()
+    said = calls.read_text().splitlines() if calls.exists() else []
+    assert said == (["system create-dev-char-symlinks --create-all"] if bound else []), said
+
+
 def test_initramfs_handler_runs_the_command(tmp_path):
     # The handler passed the command list to `cmd` as one string ("[update-initramfs, -u]").
     calls = tmp_path / "calls"
