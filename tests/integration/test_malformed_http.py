@@ -5,80 +5,26 @@ bytes that are not HTTP, a body cut short) is no OSError."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bad_http import ANSWERS, serving
 
 from onecat.gateway.share import fetch_stats
 from onecat.serve.gate import smoke, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 
-# What each misbehaving server sends back, whatever it was asked.
-ANSWERS = {
-    "bad-chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    "long-header": b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 70_000 + b"\r\n\r\n",
-    "not-http": b"SSH-2.0-OpenSSH_9.2\x00\x1b[31m\r\n",
-    "cut-body": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"choices\": [",
-}
-
-
-def _read_request(conn: socket.socket) -> None:
-    """The whole request (head and body), so the answer never races the client's send."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-    while len(body) < length:
-        chunk = conn.recv(65536)
-        if not chunk:
-            return
-        body += chunk
-
 
 @pytest.fixture(params=sorted(ANSWERS))
 def bad_server(request) -> Iterator[str]:
-    answer = ANSWERS[request.param]
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(2)
-                try:
-                    _read_request(conn)
-                    conn.sendall(answer)
-                    conn.shutdown(socket.SHUT_WR)  # the client reads to the end, no reset
-                    while conn.recv(65536):
-                        pass
-                except OSError:
-                    pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join(timeout=5)
-    listener.close()
+    with serving(ANSWERS[request.param]) as url:
+        yield url
 
 
 def test_the_gate_and_the_probes_smoke_say_malformed(bad_server: str) -> None:

@@ -9,10 +9,8 @@ stand-in engine; the gateway agent's answer after each look is what HAProxy woul
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 import nvml_double_harness as double
 from standin_harness import standin
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bad_http import ANSWERS, serving
 
 from onecat.watch.prompts import DEFAULT_FILE
 
@@ -91,43 +92,13 @@ def test_xid_79_alone_drains_at_once_and_stays_out(libdir: Path, tmp_path: Path)
 
 
 # What a misbehaving engine sends back, whatever it was asked (as test_malformed_http.py).
-MALFORMED = {
-    "bad-chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-    "long-header": b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 70_000 + b"\r\n\r\n",
-    "not-http": b"SSH-2.0-OpenSSH_9.2\x00\x1b[31m\r\n",
-}
+MALFORMED = {name: ANSWERS[name] for name in ("bad-chunk", "long-header", "not-http")}
 
 
 @pytest.fixture(params=sorted(MALFORMED))
 def malformed_engine(request) -> Iterator[str]:
-    answer = MALFORMED[request.param]
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(2)
-                try:
-                    conn.recv(65536)
-                    conn.sendall(answer)
-                    conn.shutdown(socket.SHUT_WR)
-                    while conn.recv(65536):
-                        pass
-                except OSError:
-                    pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join(timeout=5)
-    listener.close()
+    with serving(MALFORMED[request.param]) as url:
+        yield url
 
 
 def test_malformed_http_from_the_engine_drains_at_once_and_stays_out(
