@@ -72,7 +72,7 @@ options:
   trees:
     description:
       - Folders the stage manages (record only), fingerprinted by every file's path, size and
-        modification time (not content: a model's weights); onecat's own C(.onecat-*) files are
+        modification time, not content (a model's weights); onecat's own C(.onecat-*) files are
         left out.
     type: list
     elements: path
