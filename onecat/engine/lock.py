@@ -51,8 +51,11 @@ class Inputs:
         }
         mine = {key: getattr(self, key) for key in recorded}
         mine["wheel_sha256"] = self.wheel_sha256.lower()
-        return [f"{key}: the lock has {recorded[key]!r}, asked for {mine[key]!r}"
-                for key in recorded if recorded[key] != mine[key]]
+        found = [f"{key}: the lock has {recorded[key]!r}, asked for {mine[key]!r}"
+                 for key in recorded if recorded[key] != mine[key]]
+        if "config_digest" not in lock["base"]:  # a tarball base is pinned by it
+            found.append("base: the lock has no config digest (made by an older onecat)")
+        return found
 
 
 @dataclass
@@ -114,6 +117,8 @@ def make(inputs: Inputs, target: Target = IMAGE) -> tuple[dict[str, Any], Stats]
                                inputs.cache_dir / "uv")
     stats.resolve_seconds, stats.resolver_runs = resolved.seconds, 1
     base = _base(inputs, inputs.base, stats)
+    # uv writes nothing for nothing to install; the lock says so, so that it is never empty.
+    text = resolved.text or "# nothing to install besides the wheel: it requires nothing\n"
     lock = {
         "schema": lockfile.SCHEMA, "engine": ENGINE, "engine_version": inputs.engine_version,
         "created_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -121,11 +126,12 @@ def make(inputs: Inputs, target: Target = IMAGE) -> tuple[dict[str, Any], Stats]
                   "size": fetched.size, "requires_dist": requirements},
         "base": {"image": inputs.base, "registry": base.registry, "digest": base.digest,
                  "index_digest": base.index_digest, "manifest_digest": base.manifest_digest,
-                 "media_type": base.media_type, "platform": base.platform},
+                 "media_type": base.media_type, "platform": base.platform,
+                 "config_digest": base.config_digest},
         "requirements": {"python_version": target.python, "python_platform": target.uv_platform,
                          "torch": inputs.torch, "index_url": inputs.index_url,
                          "extra_index_urls": list(inputs.extra_index_urls),
-                         "lock": resolved.text, "sha256": lockfile.text_sha256(resolved.text)},
+                         "lock": text, "sha256": lockfile.text_sha256(text)},
         "tools": {"uv": resolved.uv_version, "onecat": onecat_version},
     }
     return lockfile.validate(lock, "the new lock"), stats
@@ -188,8 +194,8 @@ def check(inputs: Inputs, path: Path, given: set[str], target: Target = IMAGE) -
         if name not in pinned:
             drift.append(f"requirements: {requirement} is not in the lock")
     base = _base(recorded, lock["base"]["image"], stats)
-    for key in ("digest", "manifest_digest"):
-        if getattr(base, key) != lock["base"][key]:
+    for key in ("digest", "manifest_digest", "config_digest"):
+        if key in lock["base"] and getattr(base, key) != lock["base"][key]:
             drift.append(f"base: {lock['base']['image']} {key} is now {getattr(base, key)} "
                          f"at {base.registry}, the lock pins {lock['base'][key]}")
     return Outcome("checked", path, lock, stats, drift)

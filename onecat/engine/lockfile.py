@@ -3,11 +3,13 @@
     {"schema": 1, "engine": "1cat-vllm", "engine_version": "1.5.0",
      "wheel": {"url", "filename", "sha256", "size", "requires_dist": [...]},
      "base": {"image", "registry", "digest", "index_digest", "manifest_digest",
-              "media_type", "platform"},
+              "media_type", "platform", "config_digest"},
      "requirements": {"python_version", "python_platform", "torch", "index_url",
                       "extra_index_urls", "lock", "sha256"},
      "tools": {"uv", "onecat"}, "created_at"}
 
+`base.config_digest` (the linux/amd64 manifest's config blob) came later: a lock without it
+still parses, and serves every base but one carried in as a tarball.
 `requirements.lock` is the text `pip install --require-hashes` reads; its sha256 is kept
 beside it so an edit by hand is caught, and every line must pin `==` with a hash.
 """
@@ -73,6 +75,9 @@ def validate(data: Any, name: str) -> dict[str, Any]:
     if base["index_digest"] and not DIGEST.match(base["index_digest"]):
         raise EngineLockError(f"{name}: base.index_digest {base['index_digest']!r} is not "
                               "sha256:<64 hex>")
+    config = base.get("config_digest", "")
+    if not isinstance(config, str) or (config and not DIGEST.match(config)):
+        raise EngineLockError(f"{name}: base.config_digest {config!r} is not sha256:<64 hex>")
     if base["digest"] not in (base["index_digest"], base["manifest_digest"]):
         raise EngineLockError(f"{name}: base.digest is neither the index nor the manifest digest")
     if text_sha256(req["lock"]) != req["sha256"]:

@@ -2,7 +2,9 @@
 
 `HEAD /v2/<repo>/manifests/<tag>` with the Accept headers of the OCI index, the Docker
 manifest list and both single-manifest types gives `Docker-Content-Digest`; an index is then
-read (and its bytes checked against that digest) for its linux/amd64 manifest. A 401 with a
+read (and its bytes checked against that digest) for its linux/amd64 manifest, and that manifest
+for its config digest: the image ID Docker gives the image once pulled or loaded into its
+classic store (a base carried in as a tarball is checked against it). A 401 with a
 `WWW-Authenticate: Bearer realm=...,service=...,scope=...` challenge is answered with an
 anonymous token from the realm, as `docker pull` does.
 """
@@ -93,6 +95,14 @@ class Resolved:
     manifest_digest: str
     media_type: str
     platform: str
+    config_digest: str = ""  # the platform manifest's config blob: the classic store's image ID
+
+
+def config_of(manifest: dict, where: str) -> str:
+    config = (manifest.get("config") or {}).get("digest", "") if isinstance(manifest, dict) else ""
+    if not isinstance(config, str) or not DIGEST.match(config):
+        raise EngineLockError(f"the manifest {where} names no config digest (sha256:<64 hex>)")
+    return config
 
 
 @dataclass
@@ -214,11 +224,14 @@ def resolve(image: str, mirror: str = "", timeout: float = TIMEOUT,
                                 for m in index.get("manifests", [])})
             raise EngineLockError(f"the base image {image} has no {os_arch} manifest "
                                   f"(it has {', '.join(platforms) or 'none'})")
-        return Resolved(image, client.base, digest, digest, chosen[0]["digest"], media_type,
-                        os_arch), client
+        chosen_digest = chosen[0]["digest"]
+        manifest, _, _ = client.get_manifest(ref.repository, chosen_digest, chosen_digest,
+                                             accept=", ".join(MANIFEST_TYPES))
+        return Resolved(image, client.base, digest, digest, chosen_digest, media_type,
+                        os_arch, config_of(manifest, f"{ref.repository}@{chosen_digest}")), client
     manifest, media_type, _ = client.get_manifest(ref.repository, digest, digest)
     platform = client.platform_of(ref.repository, manifest)
     if platform and platform != os_arch:
         raise EngineLockError(f"the base image {image} is {platform}, the image needs {os_arch}")
     return Resolved(image, client.base, digest, "", digest, media_type,
-                    platform or os_arch), client
+                    platform or os_arch, config_of(manifest, f"{ref.repository}@{digest}")), client

@@ -71,6 +71,9 @@ def test_lock_is_written_then_reused(parts, tmp_path):
     assert text.count("--hash=sha256:") == 3
     assert data["base"]["digest"] == data["base"]["index_digest"] == parts.index_digest
     assert data["base"]["manifest_digest"] == parts.manifests["amd64"]
+    # The amd64 manifest's config blob: the image ID a classic Docker store gives the base.
+    amd64 = json.loads(parts.registry.manifest_bytes(BASE_REPO, parts.manifests["amd64"]))
+    assert data["base"]["config_digest"] == amd64["config"]["digest"]
     assert data["base"]["platform"] == "linux/amd64"
     assert data["tools"]["uv"]
     assert outcome["stats"]["resolver_runs"] == 1 and outcome["stats"]["wheel_bytes"] > 0
@@ -123,10 +126,14 @@ def test_check_reports_an_image_pushed_again_under_the_same_tag(parts, tmp_path)
     clean = lock(parts, tmp_path, "--check", base=base)
     assert clean.returncode == 0, clean.stderr
     assert "matches the wheel and the registry" in clean.stdout
+    first = json.loads((tmp_path / "engine" / "1cat-vllm-1.5.0.lock.json").read_text())["base"]
+    pushed = json.loads(parts.registry.manifest_bytes("test/moving", first["manifest_digest"]))
+    assert first["config_digest"] == pushed["config"]["digest"]  # a single manifest's own config
     moved = parts.registry.push_image("test/moving", "1.0", content=b"second")
     drifted = lock(parts, tmp_path, "--check", base=base)
     assert drifted.returncode == 1, drifted.stderr
     assert f"base: {base} digest is now {moved}" in drifted.stderr
+    assert f"base: {base} config_digest is now" in drifted.stderr
     assert "drifted" in drifted.stdout
 
 

@@ -96,6 +96,23 @@ def test_hand_set_pins_win(parts, tmp_path):
     assert not (hand / "inventory").exists() and "alpha" not in pins["requirements"]
 
 
+def test_a_tarball_base_is_pinned_by_the_lock(parts, tmp_path):
+    """An air-gapped fleet carries the base in as a tarball: the lock pins the ID it loads as
+    (the amd64 config digest in Docker's classic store; the manifest or index digest in the
+    containerd store), with no digest set by hand."""
+    tarball = tmp_path / "base.tar"
+    tarball.write_bytes(b"")
+    _, pins = _run(parts, tmp_path, vllm_serve_image_base_tarball=str(tarball))
+    lock = json.loads((tmp_path / "inventory" / "engine" / LOCK_NAME).read_text())["base"]
+    amd64 = json.loads(parts.registry.manifest_bytes(BASE_REPO, parts.manifests["amd64"]))
+    assert lock["config_digest"] == amd64["config"]["digest"]
+    assert pins["recipe"]["base_digest"] == lock["config_digest"]
+    assert pins["base_ids"] == [lock["config_digest"], parts.manifests["amd64"],
+                                parts.index_digest]
+    # FROM names the loaded tag; the build host checks the loaded image's ID against base_ids.
+    assert pins["base_from"] == f"{parts.registry.host}/{BASE_REPO}:{BASE_TAG}"
+
+
 def test_a_lock_that_cannot_be_made_stops_the_stage_with_one_reason(parts, tmp_path):
     out = tmp_path / "run"
     out.mkdir()

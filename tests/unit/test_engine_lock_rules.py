@@ -103,12 +103,22 @@ def _edit(path: str, value: object) -> dict:
     ("wheel.sha256", "D" * 64, "wheel.sha256"),
     ("base.digest", "sha256:" + "f" * 64, "neither the index nor the manifest digest"),
     ("base.manifest_digest", "sha256:12", "base.manifest_digest"),
+    ("base.config_digest", "sha256:12", "base.config_digest"),
+    ("base.config_digest", 7, "base.config_digest"),
     ("requirements.lock", "alpha==1.1\n", "requirements.lock was edited"),
     ("tools.uv", 13, "tools.uv is missing or not a str"),
 ])
 def test_a_lock_edited_by_hand_is_refused_with_the_field(path, value, message):
     with pytest.raises(EngineLockError, match=message):
         lockfile.validate(_edit(path, value), "lock")
+
+
+def test_a_lock_made_before_config_digests_parses_and_is_made_again():
+    old = lockfile.validate(_edit("base.config_digest", KeyError), "lock")
+    asked = Inputs("1.5.0", old["wheel"]["url"], "D" * 64, old["base"]["image"],
+                   "torch==2.10.0", "https://i", ())
+    assert asked.differences(old) == ["base: the lock has no config digest (made by an older "
+                                      "onecat)"]
 
 
 def test_a_lock_without_hashes_is_refused_even_with_a_matching_sum():

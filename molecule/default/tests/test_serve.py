@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 from conftest import read_lock
@@ -100,6 +102,48 @@ def test_image_built_once_and_shipped(host):
     assert inspect["Config"]["Labels"]["org.onecat.wheel-sha256"] == lock["recipe"]["wheel_sha256"]
     built_here = host.file("/var/lib/onecat/engine-build").exists
     assert built_here == (host.backend.hostname == "onecat-node1")
+
+
+LOCK_STEP = """
+- name: Pin the engine image's sources as the serve stage does.
+  hosts: v100
+  gather_facts: false
+  tasks:
+    - name: Make or reuse the engine lock as the serve stage does.
+      ansible.builtin.include_role:
+        name: vllm_serve
+        tasks_from: validate.yml
+"""
+
+
+def test_day_0_made_the_engine_lock_once_and_the_build_used_it(host, run_playbook):
+    """Nothing is pinned by hand: converge made the lock, and the build host loaded the
+    tarball base that the lock pins (the registry's config digest is the image ID)."""
+    sim = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+    path = sim / "engine" / "1cat-vllm.lock.json"
+    lock = json.loads(path.read_text())
+    base = lock["base"]
+    assert base["image"] == (sim / "engine-base.ref").read_text().strip()
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", base["registry"]), base
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", base["config_digest"]), base
+    assert lock["wheel"]["sha256"] == (sim / "standin-wheel.sha256").read_text().strip()
+    assert lock["tools"]["uv"] and lock["requirements"]["lock"].startswith("# nothing")
+    image = json.loads(host.check_output(
+        f"docker image inspect {read_lock()['engine_image']['image_id']}"))[0]
+    assert image["Config"]["Labels"]["org.onecat.base-digest"] == base["config_digest"]
+    if host.backend.hostname == "onecat-node1":  # the build host loaded the tarball
+        loaded = host.check_output(f"docker image inspect --format '{{{{.Id}}}}' {base['image']}")
+        assert loaded.strip() == base["config_digest"]
+        # The idempotence run's summary (the last rollout) made no lock: it was reused.
+        notes = json.loads((sim / "results" / "rollout.json").read_text()).get("notes", [])
+        assert not [note for note in notes if "engine lock" in note], notes
+        # The stage's lock step again, as a later deploy runs it: reused, nothing changed.
+        before = path.read_bytes()
+        run = run_playbook(LOCK_STEP)
+        assert run.rc == 0, run.output[-3000:]
+        assert "Make or reuse the engine lock on the controller." in run.output
+        assert all(run.recap(name)["changed"] == 0 for name in ("onecat-node1", "onecat-node2"))
+        assert path.read_bytes() == before
 
 
 def test_lock_names_the_image_that_serves(host):
