@@ -13,12 +13,14 @@ description:
     the files, packages and units the stage manages, and their fingerprint now (content
     digest, mode and owner of each file or C(absent); C(dpkg-query) status and version of
     each package; C(ActiveState/UnitFileState) of each unit and the content of its unit file
-    and drop-ins; the running kernel and
+    and drop-ins; the ID of each image; each tree's file sizes and times; the value of each
+    GPU setting on every GPU; each symlink set; the running kernel and
     C(/etc/os-release)).
   - With I(state=check), reads that stamp and fingerprints the same things again. I(current)
     is true only when the stamp exists, its I(want) equals the given one and nothing in the
     fingerprint differs; otherwise I(reason) says what differs (a wanted change, or drift
-    by hand such as an edited file, a removed or unheld package, a stopped unit).
+    by hand such as an edited file, a removed or unheld package, a stopped unit, persistence
+    mode turned off, a C(/dev/char) link removed).
   - With I(state=record), I(outputs) (what the stage reported when it passed, such as the
     serve stage's result) are kept in the stamp and returned by a check, so a skipped host
     reports the same as one that ran.
@@ -77,6 +79,24 @@ options:
     type: list
     elements: path
     default: []
+  gpus:
+    description:
+      - Fields of C(nvidia-smi --query-gpu) the stage sets on every GPU (record only), such as
+        C(persistence_mode), fingerprinted as each GPU's value (C(0 Enabled, 1 Enabled)); a
+        failing C(nvidia-smi) is fingerprinted by its exit code and first line, a missing one
+        as C(no nvidia-smi).
+    type: list
+    elements: str
+    default: []
+  links:
+    description:
+      - Symlink sets the stage manages (record only), each C(FOLDER -> PATTERN) - the links in
+        FOLDER whose target (normalized from FOLDER) matches the glob PATTERN, or every link of
+        FOLDER without C(" -> PATTERN") - fingerprinted as each link's name and target, such as
+        C(/dev/char -> /dev/nvidia*) for the NVIDIA devices' C(/dev/char) links.
+    type: list
+    elements: str
+    default: []
   dir:
     description: Folder of the stamps on the node.
     type: path
@@ -98,6 +118,14 @@ EXAMPLES = r"""
     files: [/etc/apt/preferences.d/onecat-nvidia-driver]
     packages: [nvidia-driver]
     units: [nvidia-persistenced.service]
+    gpus: [persistence_mode]
+
+- name: Record the runtime stage's stamp, with the NVIDIA devices' /dev/char links.
+  stage_stamp:
+    stage: runtime
+    state: record
+    want: "{{ want_digest }}"
+    links: ["/dev/char -> /dev/nvidia*"]
 """
 
 RETURN = r"""
@@ -127,11 +155,16 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.onecat.host.stamp import (
+    GPU_FIELD,
     HOST_FILES,
+    MANAGED_KINDS,
     UNIT_PROPERTIES,
     compare,
     fingerprint,
+    gpu_query,
+    gpu_states,
     image_state,
+    link_state,
     parse_dpkg,
     path_state,
     read_stamp,
@@ -176,6 +209,20 @@ def _images(module: AnsibleModule, names: list[str]) -> dict[str, str]:
     return states
 
 
+def _gpus(module: AnsibleModule, fields: list[str]) -> dict[str, str]:
+    # One nvidia-smi call for every field: what the driver stage's own check reads.
+    if not fields:
+        return {}
+    bad = [field for field in fields if not GPU_FIELD.fullmatch(field)]
+    if bad:
+        module.fail_json(msg=f"stage_stamp: {', '.join(map(repr, bad))} is not an nvidia-smi "
+                         "--query-gpu field (lower-case letters, digits, _ and .)")
+    if not module.get_bin_path("nvidia-smi"):
+        return {field: "no nvidia-smi" for field in fields}
+    rc, out, err = module.run_command(gpu_query(fields))
+    return gpu_states(fields, out if rc == 0 or out.strip() else err, rc)
+
+
 def _fingerprint(module: AnsibleModule, manages: dict[str, list[str]]) -> dict[str, str]:
     files = sorted(set(manages.get("files", [])) | set(HOST_FILES))
     return fingerprint(
@@ -184,6 +231,8 @@ def _fingerprint(module: AnsibleModule, manages: dict[str, list[str]]) -> dict[s
         _units(module, sorted(set(manages.get("units", [])))),
         _images(module, sorted(set(manages.get("images", [])))),
         {path: tree_state(path) for path in sorted(set(manages.get("trees", [])))},
+        _gpus(module, sorted(set(manages.get("gpus", [])))),
+        {spec: link_state(spec) for spec in sorted(set(manages.get("links", [])))},
     )
 
 
@@ -199,6 +248,8 @@ def main() -> None:
             "units": {"type": "list", "elements": "str", "default": []},
             "images": {"type": "list", "elements": "str", "default": []},
             "trees": {"type": "list", "elements": "path", "default": []},
+            "gpus": {"type": "list", "elements": "str", "default": []},
+            "links": {"type": "list", "elements": "str", "default": []},
             "dir": {"type": "path", "default": "/var/lib/onecat/stamps"},
         },
         supports_check_mode=True,
@@ -240,8 +291,7 @@ def main() -> None:
             outputs=outputs if isinstance(outputs, dict) else {},
         )
 
-    manages = {"files": params["files"], "packages": params["packages"], "units": params["units"],
-               "images": params["images"], "trees": params["trees"]}
+    manages = {kind: params[kind] for kind in MANAGED_KINDS}
     now = _fingerprint(module, manages)
     document = stamp_document(params["want"], manages, now, params["outputs"])
     if module.check_mode:

@@ -88,6 +88,13 @@ def address(value: object) -> str | None:
     return "an IP address or a host name (letters, digits, '-', '_' and dots)"
 
 
+def ip_address(value: object) -> str | None:
+    """An IPv4 or IPv6 literal (a firewall rule's source: no host names, no networks)."""
+    if ip_literal(value) is not None:
+        return None
+    return "an IPv4 or IPv6 address"
+
+
 def bind_address(value: object) -> str | None:
     """What HAProxy's `bind ADDRESS:PORT` takes: an IP literal (IPv6 bare or in brackets, both
     valid there) or '*' for every address."""
@@ -206,6 +213,7 @@ def key(value: object, allow_empty: bool = False) -> str | None:
 
 KINDS: dict[str, Checker] = {
     "address": address,
+    "ip": ip_address,
     "bind_address": bind_address,
     "port": port,
     "count": count,

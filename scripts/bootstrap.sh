@@ -16,8 +16,10 @@ fi
 
 # systemd: its systemd-analyze verifies the rendered serve unit (tests/roles/test_serve_role.py).
 # docker-registry: the local registry `onecat engine lock` reads base digests from in the tests.
+# ufw: enabled only inside a test's own namespaces (tests/integration/test_gateway_node_firewall.py);
+# installed, it stays off here (ENABLED=no).
 packages=(docker.io debootstrap python3-venv gcc libc6-dev tar gzip ca-certificates git rsync
-  dpkg-dev gnupg haproxy systemd docker-registry)
+  dpkg-dev gnupg haproxy systemd docker-registry ufw)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "${pkg}" 2>/dev/null | grep -q "install ok installed" \

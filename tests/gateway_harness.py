@@ -54,6 +54,8 @@ def base_vars(workdir: Path) -> dict:
         "gateway_servers": [], "gateway_admin_bind_address": "127.0.0.1",
         "gateway_admin_port": free_port(),
         "gateway_server_state_file": str(workdir / "server-state"),
+        # No jail: chroot needs root (the chroot test sets one).
+        "gateway_chroot": "",
         "gateway_balance": "leastconn", "gateway_hash_balance_factor": 125,
     }
 

@@ -3,15 +3,18 @@
 When a stage (driver, runtime) passes on a node, the node keeps a stamp: the digest of what
 the controller wanted (the role's files, the host's variables, the lock entry) and a
 fingerprint of what the stage manages on the node (its files, its packages' dpkg state, its
-units' states, the running kernel). A later run recomputes both; the stage is skipped on the
+units' states, the running kernel, settings of the GPUs such as persistence mode, symlinks such
+as the NVIDIA devices' /dev/char links). A later run recomputes both; the stage is skipped on the
 node only when both still match, so a wanted change and drift by hand (a file edited, a
-package removed or unheld, a unit stopped, a new kernel booted) both run the stage again.
+package removed or unheld, a unit stopped, a new kernel booted, persistence mode turned off, a
+link removed) both run the stage again.
 
 Stdlib only, relative imports: shipped to nodes by library/stage_stamp.py.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import hashlib
 import json
@@ -110,6 +113,76 @@ def tree_state(top: str) -> str:
     return f"{len(rows)} files, sha256 {hashlib.sha256(listing.encode()).hexdigest()}"
 
 
+LINK_ARROW = " -> "
+
+
+def link_state(spec: str) -> str:
+    """The symlinks of a folder, "FOLDER -> PATTERN": those whose target, taken from FOLDER and
+    normalized, matches the fnmatch PATTERN (without " -> PATTERN", every link of the folder).
+
+    Each link is "name -> target" as the link holds it, by name, marked "(dangling)" when its
+    target is missing: a link removed, added or pointed elsewhere changes the state
+    ("/dev/char -> /dev/nvidia*": the NVIDIA devices' /dev/char/<major>:<minor> links).
+    """
+    folder, _, pattern = spec.partition(LINK_ARROW)
+    folder, pattern = folder.strip(), pattern.strip()
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return ABSENT
+    except OSError as err:
+        return f"unreadable ({err.strerror})"
+    rows = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            target = os.readlink(path)
+        except OSError:  # not a link (or gone meanwhile)
+            continue
+        if pattern and not fnmatch.fnmatchcase(os.path.normpath(os.path.join(folder, target)),
+                                               pattern):
+            continue
+        rows.append(f"{name} -> {target}" + ("" if os.path.exists(path) else " (dangling)"))
+    if not rows:
+        return "no links"
+    return f"{len(rows)} links: " + ", ".join(rows)
+
+
+# A field of `nvidia-smi --query-gpu` (nvidia-smi --help-query-gpu): persistence_mode, ...
+GPU_FIELD = re.compile(r"[a-z][a-z0-9_.]*")
+
+
+def gpu_query(fields: Iterable[str]) -> list[str]:
+    """The nvidia-smi command that reads `fields` of every GPU, one CSV line each, index first
+    (the query the driver stage verifies persistence mode with)."""
+    return ["nvidia-smi", f"--query-gpu=index,{','.join(fields)}", "--format=csv,noheader"]
+
+
+def gpu_states(fields: Iterable[str], output: str, rc: int) -> dict[str, str]:
+    """Each field's value on every GPU, "0 Enabled, 1 Enabled", from gpu_query's output.
+
+    A failed nvidia-smi (no driver loaded, a driver/library mismatch) gives every field
+    "unreadable (nvidia-smi exit RC: its first line)"; a line that does not have one value per
+    field is kept whole, so an answer of another shape is a change too.
+    """
+    names = list(fields)
+    if rc != 0:
+        first = (output.strip().splitlines() or [""])[0][:100]
+        return {name: f"unreadable (nvidia-smi exit {rc}: {first})" for name in names}
+    values: dict[str, list[str]] = {name: [] for name in names}
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != len(names) + 1:
+            for name in names:
+                values[name].append(f"?{line.strip()}")
+            continue
+        for name, value in zip(names, cells[1:], strict=True):
+            values[name].append(f"{cells[0]} {value}")
+    return {name: ", ".join(found) or "no GPU" for name, found in values.items()}
+
+
 def parse_dpkg(output: str, names: Iterable[str]) -> dict[str, str]:
     """Package name to "<status> <version>" from dpkg-query's tab-separated lines.
 
@@ -155,15 +228,22 @@ def image_state(image: str, inspected: str, rc: int) -> str:
 def fingerprint(
     files: Mapping[str, str], packages: Mapping[str, str], units: Mapping[str, str],
     images: Mapping[str, str] | None = None, trees: Mapping[str, str] | None = None,
+    gpus: Mapping[str, str] | None = None, links: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """One flat, sorted map of everything a stage manages: "file:", "package:", "unit:",
-    "image:", "tree:" keys."""
+    "image:", "tree:", "gpu:" (a field of every GPU) and "link:" keys."""
     items = {f"file:{path}": state for path, state in files.items()}  # path: a file or a glob
     items.update({f"package:{name}": state for name, state in packages.items()})
     items.update({f"unit:{name}": state for name, state in units.items()})
     items.update({f"image:{name}": state for name, state in (images or {}).items()})
     items.update({f"tree:{path}": state for path, state in (trees or {}).items()})
+    items.update({f"gpu:{field}": state for field, state in (gpus or {}).items()})
+    items.update({f"link:{spec}": state for spec, state in (links or {}).items()})
     return dict(sorted(items.items()))
+
+
+# What a stage may manage, as the stamp lists it (library/stage_stamp.py has one option each).
+MANAGED_KINDS = ("files", "packages", "units", "images", "trees", "gpus", "links")
 
 
 def _short(state: object) -> str:
@@ -219,7 +299,7 @@ def stamp_document(
         "want": want,
         "manages": {
             key: sorted(set(manages.get(key, [])))
-            for key in ("files", "packages", "units", "images", "trees")
+            for key in MANAGED_KINDS
         },
         "fingerprint": dict(now),
         "outputs": dict(outputs or {}),

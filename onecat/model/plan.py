@@ -645,7 +645,8 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         problems.append(_headroom_problem(ctx))
     fit_reason = _fit_reason(ctx)
     suggestions, nothing_fits = _suggestions(ctx)
-    args, env, notes = _serve_args(ctx, topology, capability, backend, warnings)
+    caching = prefix_caching(opts["engine"], backend, bool(dims.get("linear")))
+    args, env, notes = _serve_args(ctx, topology, capability, backend, warnings, caching["note"])
     act = memory["activation"]
     return {
         "model_dir": model_dir,
@@ -678,8 +679,7 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         "serve_args": args,
         "serve_env": env,
         "serve_notes": notes,
-        "prefix_caching": prefix_caching(opts["engine"], backend,
-                                         bool(dims.get("linear")))["enabled"],
+        "prefix_caching": caching["enabled"],
         "inputs": {**{k: opts[k] for k in (*DEFAULTS, *WORKLOAD_DEFAULTS)},
                    "max_num_seqs": ctx["max_num_seqs"],
                    "health": topology},
@@ -855,9 +855,10 @@ def _nvfp4_tip(ctx: dict[str, Any]) -> list[str]:
 
 
 def _serve_args(ctx: dict[str, Any], topology: dict[str, Any], capability: int,
-                backend: str | None,
-                warnings: list[str]) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """Engine flags (flag -> value; True means a bare flag), environment, and why."""
+                backend: str | None, warnings: list[str],
+                caching_note: str) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """Engine flags (flag -> value; True means a bare flag), environment, and why (the prefix
+    caching note is prefix_caching()'s, computed once by the caller)."""
     opts, dims, tp = ctx["opts"], ctx["dims"], ctx["tp"]
     notes: list[str] = []
     args: dict[str, Any] = {
@@ -907,9 +908,8 @@ def _serve_args(ctx: dict[str, Any], topology: dict[str, Any], capability: int,
         env["NCCL_P2P_DISABLE"] = "1"
         notes.append("NCCL_P2P_DISABLE=1: the health facts show a cross-socket pair or broken "
                      "peer-to-peer")
-    caching = prefix_caching(opts["engine"], backend, bool(dims.get("linear")))
-    if caching["note"]:
-        notes.append(caching["note"])
+    if caching_note:
+        notes.append(caching_note)
     return args, env, notes
 
 

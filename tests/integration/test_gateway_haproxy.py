@@ -8,7 +8,9 @@ from onecat.gateway.keys and the servers from onecat.gateway.backends.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -360,6 +362,86 @@ def test_a_reload_keeps_drain_and_maint_and_the_config_still_wins(tmp_path: Path
 
         assert wait_until(lambda: states() == {a: "drain", b: "maint", c: "maint"}), states()
         assert oct(Path(variables["gateway_server_state_file"]).stat().st_mode & 0o777) == "0o600"
+
+
+def _workers(master_pid: int) -> list[int]:
+    """The master's children: its workers (the current one, and old ones after a reload)."""
+    children = Path(f"/proc/{master_pid}/task/{master_pid}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+def _logged(sink: socket.socket, seconds: float = 5.0) -> list[str]:
+    """The syslog lines that reached the jail's /dev/log within `seconds` (after the first)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + seconds
+    sink.settimeout(seconds)
+    while time.monotonic() < deadline:
+        try:
+            lines.append(sink.recv(65536).decode(errors="replace"))
+        except TimeoutError:
+            break
+        sink.settimeout(0.3)
+    return lines
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chroot needs root")
+def test_a_jailed_gateway_logs_and_a_reload_keeps_a_drained_node_drained(
+        tmp_path: Path, engines) -> None:
+    # gateway_chroot: each worker runs in the jail; its `log /dev/log` is the jail's dev/log
+    # (the distribution's unit binds the host's /dev/log there; here a syslog socket of the
+    # test's own stands in), and the server-state file, outside the jail, is still loaded by
+    # the new process of a reload: it reads it before its chroot.
+    jail = tmp_path / "jail"
+    (jail / "dev").mkdir(parents=True)
+    variables = gateway_vars(tmp_path, engines, gateway_chroot=str(jail))
+    assert not str(variables["gateway_server_state_file"]).startswith(str(jail))
+    text = render(variables)
+    assert f"\n    chroot {jail}\n" in text
+    candidate = tmp_path / "candidate.cfg"
+    candidate.write_text(text)
+    checked = subprocess.run(["haproxy", "-c", "-f", str(candidate)], capture_output=True,
+                             text=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    a = engines[0].name
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sink:
+        sink.bind(str(jail / "dev" / "log"))
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: all_up(runtime, 3)), runtime.stat()
+            first = _workers(gw.process.pid)
+            assert [os.readlink(f"/proc/{pid}/root") for pid in first] == [str(jail)]
+            outcomes = [stream_completion(gw.url, MODEL, max_tokens=4) for _ in range(3)]
+            assert not failed(outcomes)
+            assert any("onecat onecat_nodes/" in line for line in _logged(sink)), "no log"
+
+            runtime.set_state("onecat_nodes", a, "drain")
+            assert save_server_state(gw.socket, variables["gateway_server_state_file"]) == 3
+            gw.reload()
+
+            def new_worker() -> list[int]:
+                return [pid for pid in _workers(gw.process.pid) if pid not in first]
+
+            assert wait_until(new_worker), "no new worker after the reload"
+            assert [os.readlink(f"/proc/{pid}/root") for pid in new_worker()] == [str(jail)]
+
+            def states() -> dict[str, str]:
+                try:
+                    rows = Runtime(gw.socket).stat()
+                except (OSError, RuntimeApiError):
+                    return {}
+                return {s.server: s.admin for s in servers(rows, "onecat_nodes")}
+
+            assert wait_until(lambda: states().get(a) == "drain"), states()
+            # The drained node takes no new request; the new, jailed worker still logs.
+            before = {s.server: s.total for s in servers(Runtime(gw.socket).stat(),
+                                                          "onecat_nodes")}
+            outcomes = [stream_completion(gw.url, MODEL, max_tokens=4) for _ in range(6)]
+            assert not failed(outcomes)
+            after = {s.server: s.total for s in servers(Runtime(gw.socket).stat(),
+                                                         "onecat_nodes")}
+            assert after[a] == before[a], (before, after)
+            assert any("onecat onecat_nodes/" in line for line in _logged(sink)), "no log"
+            assert states()[a] == "drain"
 
 
 def test_stat_rows_parse(tmp_path: Path, engines) -> None:

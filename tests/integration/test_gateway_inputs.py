@@ -45,6 +45,7 @@ HOSTILE = {
     "gateway_admin_socket": "/run/haproxy/admin.sock mode 666 level admin\n#",
     "gateway_files_dir": "{tmp}/files,alice",  # under the test's folder, should it pass
     "gateway_user": "root\n    insecure-setuid-wanted",
+    "gateway_chroot": "/var/lib/haproxy\n    insecure-fork-wanted",
     "gateway_port": 70000,
     "gateway_maxconn_factor": "nan",
 }

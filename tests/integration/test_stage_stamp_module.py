@@ -148,3 +148,14 @@ def test_a_pruned_image_or_a_changed_model_file_is_seen(tmp_path: Path, monkeypa
     (model / "model.safetensors").write_bytes(b"\0" * 8)  # a shard cut short behind our back
     cut = run(base)
     assert cut["current"] is False and f"tree:{model}" in cut["reason"], cut
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi")
+def test_gpu_settings_without_nvidia_smi_and_a_field_that_is_not_one(tmp_path: Path) -> None:
+    # A host without nvidia-smi has a state of its own (stable, so the stage is not re-run for
+    # it); a field name is checked before it reaches nvidia-smi's argument.
+    base = {"stage": "driver", "want": "w", "dir": str(tmp_path), "state": "record"}
+    written = run({**base, "gpus": ["persistence_mode"]})
+    assert written["fingerprint"]["gpu:persistence_mode"] == "no nvidia-smi", written
+    refused = run({**base, "gpus": ["persistence_mode,uuid --loop=1"]})
+    assert refused.get("failed") and "is not an nvidia-smi --query-gpu field" in refused["msg"]

@@ -48,6 +48,16 @@ def test_an_ipv6_zone_index_does_not_smuggle_lines_into_a_server_line():
     assert "neither an IP address nor a host name" in selection.excluded["n1"]
 
 
+@pytest.mark.parametrize(("value", "good"), [
+    ("10.0.0.1", True), ("fd00::1", True), ("gw.example", False), ("10.0.0.0/24", False),
+    ("10.0.0.1; ufw disable", False), ("fe80::1%eth0", False), ("", False), (10, False)])
+def test_firewall_sources_are_ip_addresses_only(value, good):
+    # They reach a ufw command line and a firewalld rich rule (roles/gateway node_firewall.yml).
+    found = validate.problem("ip", value)
+    assert (found is None) == good, found
+    assert good or found == "an IPv4 or IPv6 address"
+
+
 @pytest.mark.parametrize("value", ["0.0.0.0", "*", "::", "[::]", "127.0.0.1", "::1", "[::1]",
                                    "10.1.2.3", "[fe80::1]"])
 def test_bind_addresses_that_pass(value):

@@ -99,3 +99,17 @@ def test_reboot_pending_holds_the_host_from_serve_until_it_reboots(host, run_pla
     run = run_playbook(SERVE, "--limit", NODE)
     assert run.rc == 0, run.output[-3000:]
     assert host.run("curl -fsS http://127.0.0.1:8000/health").rc == 0
+
+
+def test_a_gpu_switched_out_of_persistence_mode_is_switched_back(host, run_playbook):
+    """`nvidia-smi -pm 0` by hand (or a repair cut short): the daemon applies its flag at start
+    only, so the GPU stays off; the driver stage's stamp sees it and the stage turns it back on."""
+    host.run("nvidia-smi -pm 0 -i 1")
+    query = "nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader"
+    assert host.check_output(query).splitlines() == ["0, Enabled", "1, Disabled"]
+    run = run_playbook(DRIVER, "--limit", NODE)
+    assert run.rc == 0, run.output[-3000:]
+    assert "Turn persistence mode back on for the GPUs that lost it." in run.output
+    assert re.search(r"TASK \[nvidia_driver : Turn persistence mode back on[^\n]*\nchanged: "
+                     rf"\[{NODE}\]", run.output), run.output[-3000:]
+    assert host.check_output(query).splitlines() == ["0, Enabled", "1, Enabled"]
