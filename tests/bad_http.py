@@ -10,14 +10,18 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
-# What each misbehaving server sends back, whatever it was asked.
-ANSWERS = {
+# What each misbehaving server sends back, whatever it was asked (a tuple: pieces sent 50 ms
+# apart, so that a client has parsed the head before the bad part comes).
+ANSWERS: dict[str, bytes | tuple[bytes, ...]] = {
     "bad-chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
     "long-header": b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 70_000 + b"\r\n\r\n",
     "not-http": b"SSH-2.0-OpenSSH_9.2\x00\x1b[31m\r\n",
     "cut-body": b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"choices\": [",
+    "late-bad-chunk": (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       b"9\r\ndata: {}\n\r\n", b"zz\r\n"),
 }
 
 
@@ -43,7 +47,7 @@ def read_request(conn: socket.socket) -> None:
 
 
 @contextlib.contextmanager
-def serving(answer: bytes) -> Iterator[str]:
+def serving(answer: bytes | tuple[bytes, ...]) -> Iterator[str]:
     """The server's URL while it runs; each connection gets `answer`, then a half-close (the
     client reads to the end: no reset)."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -60,7 +64,10 @@ def serving(answer: bytes) -> Iterator[str]:
                 conn.settimeout(2)
                 try:
                     read_request(conn)
-                    conn.sendall(answer)
+                    for i, piece in enumerate((answer,) if isinstance(answer, bytes) else answer):
+                        if i:
+                            time.sleep(0.05)
+                        conn.sendall(piece)
                     conn.shutdown(socket.SHUT_WR)
                     while conn.recv(65536):
                         pass

@@ -1,8 +1,9 @@
 """`python3 -m onecat.bench --url ... --out DIR`: the benchmark without the rest of onecat.
 
-What the benchmark role runs on a node: onecat.bench is stdlib-only (pynvml is
-optional, for GPU memory), so copying the `onecat` package is enough; neither
-Ansible nor matplotlib has to be installed there.
+What the benchmark role runs on a node: onecat.bench needs aiohttp (its HTTP client,
+which the role installs into the client's venv) and optionally pynvml (GPU memory), so
+copying the `onecat` package there is enough; neither Ansible nor matplotlib has to be
+installed there.
 """
 
 from __future__ import annotations

@@ -22,17 +22,15 @@ import asyncio
 import json
 import sys
 import time
-import urllib.parse
-import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onecat.bench.httpclient import Connection, Endpoint, HttpError, public_url
+from onecat import httpsync
+from onecat.bench.httpclient import Client, Endpoint, HttpError, public_url
 from onecat.bench.prompts import words_for
 from onecat.bench.runner import LiveCounters, RequestResult, _Collector
-from onecat.bench.sse import StreamingConnection
 from onecat.bench.stats import summarize
 
 MAX_METRICS_BYTES = 8 << 20
@@ -84,17 +82,14 @@ def prefix_counters(text: str) -> tuple[float, float] | None:
 
 def read_counters(url: str, timeout: float = 10.0) -> tuple[float, float] | None:
     """A node's prefix-cache counters from URL/metrics (None: it has none, or no answer)."""
-    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        return None  # urllib would read file: URLs too
-    target = url.rstrip("/") + "/metrics"
     try:
-        with urllib.request.urlopen(target, timeout=timeout) as response:
-            body = response.read(MAX_METRICS_BYTES + 1)
-    except (OSError, ValueError):
+        answer = httpsync.request(url.rstrip("/") + "/metrics", timeout=timeout,
+                                  limit=MAX_METRICS_BYTES)
+    except (OSError, ValueError):  # no answer, a malformed one (BadAnswer), not an http(s) URL
         return None
-    if len(body) > MAX_METRICS_BYTES:
+    if answer.status != 200:
         return None
-    return prefix_counters(body.decode("utf-8", "replace"))
+    return prefix_counters(answer.text())
 
 
 def cache_report(before: dict[str, tuple[float, float] | None],
@@ -129,15 +124,15 @@ async def tokens_per_word(endpoint: Endpoint, headers: dict[str, str], model: st
     """The server's tokens per word of these prompts (POST /tokenize on 1,000 words), so that
     S and U are tokens on the server's own tokenizer; 1.0 when it has no /tokenize."""
     words = 1000
-    conn = Connection(endpoint, headers)
+    client = Client(endpoint, headers, 1)
     try:
-        status, body = await asyncio.wait_for(conn.post_json("/tokenize", {
+        status, body = await asyncio.wait_for(client.post_json("/tokenize", {
             "model": model, "prompt": system_prompt(seed, words),
             "add_special_tokens": False}), 30)
     except (TimeoutError, HttpError, OSError):
         return 1.0
     finally:
-        conn.close()
+        await client.close()
     count = body.get("count") if status == 200 and isinstance(body, dict) else None
     return count / words if isinstance(count, int) and count > 0 else 1.0
 
@@ -176,7 +171,7 @@ class Conversation:
     turn: int = 0
 
 
-async def _turn(conn: StreamingConnection, opts: MultiturnOptions, model: str,
+async def _turn(client: Client, opts: MultiturnOptions, model: str,
                 conv: Conversation, live: LiveCounters) -> tuple[RequestResult, str]:
     """One turn, never raising: the result and the answer's text."""
     result = RequestResult(request_id=f"mt-{conv.number}-{conv.turn}")
@@ -186,8 +181,8 @@ async def _turn(conn: StreamingConnection, opts: MultiturnOptions, model: str,
 
     async def stream() -> None:
         result.start = time.perf_counter()
-        await conn.post("/v1/chat/completions", json.dumps(body).encode(), collect,
-                        result.request_id)
+        await client.stream("/v1/chat/completions", json.dumps(body).encode(), collect,
+                            result.request_id)
         if not collect.done:
             raise HttpError("truncated_stream", "the stream ended without [DONE]")
         if result.ttft is None:
@@ -203,13 +198,11 @@ async def _turn(conn: StreamingConnection, opts: MultiturnOptions, model: str,
         await asyncio.wait_for(stream(), timeout=opts.timeout)
     except (TimeoutError, asyncio.TimeoutError):  # noqa: UP041 (Python 3.10 on nodes)
         result.error = "timeout"
-        conn.close()
     except HttpError as exc:
         result.error = exc.reason
     except (OSError, ValueError) as exc:
         result.error = f"os_error_{exc.errno}" if isinstance(exc, OSError) and exc.errno \
             else "os_error" if isinstance(exc, OSError) else "bad_response"
-        conn.close()
     result.end = time.perf_counter()
     if result.ok:
         live.done += 1
@@ -219,13 +212,13 @@ async def _turn(conn: StreamingConnection, opts: MultiturnOptions, model: str,
 
 
 async def _model(opts: MultiturnOptions, endpoint: Endpoint, headers: dict[str, str]) -> str:
-    conn = Connection(endpoint, headers)
+    client = Client(endpoint, headers, 1)
     try:
-        status, body = await asyncio.wait_for(conn.get_json("/v1/models"), 30)
+        status, body = await asyncio.wait_for(client.get_json("/v1/models"), 30)
     except (TimeoutError, HttpError, OSError) as exc:
         raise MultiturnError(f"cannot reach {public_url(opts.url)} ({exc})") from None
     finally:
-        conn.close()
+        await client.close()
     if status != 200 or not isinstance(body, dict) or not isinstance(body.get("data"), list):
         raise MultiturnError(f"{public_url(opts.url)}/v1/models answered HTTP {status}")
     served = [m.get("id") for m in body["data"] if isinstance(m, dict)]
@@ -255,25 +248,28 @@ async def run_multiturn(opts: MultiturnOptions) -> dict[str, Any]:
     before = {url: await loop.run_in_executor(None, read_counters, url)
               for url in opts.metrics_urls}
 
+    pool = Client(endpoint, headers, max(1, opts.concurrency))
+
     async def client() -> None:
-        conn = StreamingConnection(endpoint, headers)
-        try:
-            while ready:
-                conv = ready.popleft()
-                conv.messages.append({"role": "user", "content": user_turn(
-                    opts.seed, conv.number, conv.turn, turn_words)})
-                result, answer = await _turn(conn, opts, model, conv, live)
-                results.append((conv.number, conv.turn, result))
-                conv.messages.append({"role": "assistant", "content": answer})
-                conv.turn += 1
-                if conv.turn < opts.turns:
-                    ready.append(conv)  # behind every other ready conversation
-        finally:
-            conn.close()
+        while ready:
+            conv = ready.popleft()
+            conv.messages.append({"role": "user", "content": user_turn(
+                opts.seed, conv.number, conv.turn, turn_words)})
+            result, answer = await _turn(pool, opts, model, conv, live)
+            results.append((conv.number, conv.turn, result))
+            conv.messages.append({"role": "assistant", "content": answer})
+            conv.turn += 1
+            if conv.turn < opts.turns:
+                ready.append(conv)  # behind every other ready conversation
 
     began = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(max(1, opts.concurrency))))
-    duration = time.perf_counter() - began
+    try:
+        await pool.warm(opts.concurrency)
+        began = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(max(1, opts.concurrency))))
+    finally:
+        duration = time.perf_counter() - began
+        await pool.close()
     after = {url: await loop.run_in_executor(None, read_counters, url)
              for url in opts.metrics_urls}
     good = [r for _, _, r in results if r.ok]

@@ -12,10 +12,10 @@ scraper on and off.
 
 from __future__ import annotations
 
-import http.client
-import ssl
 import threading
 from collections.abc import Callable
+
+from onecat.httpsync import Connection
 
 MemoryReader = Callable[[], list[float]]  # MiB used per GPU, in index order
 
@@ -113,39 +113,21 @@ MAX_METRICS_BYTES = 8 << 20  # vLLM's page is a few hundred kB at most
 def http_metrics_fetch(host: str, port: int, tls: bool, base_path: str = "",
                        headers: dict[str, str] | None = None,
                        timeout: float = 10.0) -> MetricsFetch:
-    """A blocking GET of /metrics over one kept-alive connection (reopened after an error)."""
-    state: dict[str, http.client.HTTPConnection | None] = {"conn": None}
+    """A blocking GET of /metrics over one kept-alive connection (reopened after an error).
+    A failed scrape raises OSError (no answer, not a 200) or BadAnswer (a malformed answer)."""
+    name = f"[{host}]" if ":" in host else host
+    conn = Connection(f"{'https' if tls else 'http'}://{name}:{port}{base_path}", headers,
+                      timeout)
 
     def fetch() -> str | None:
-        conn = state["conn"]
-        if conn is None:
-            conn = (http.client.HTTPSConnection(host, port, timeout=timeout,
-                                                context=ssl.create_default_context())
-                    if tls else http.client.HTTPConnection(host, port, timeout=timeout))
-            state["conn"] = conn
-        try:
-            conn.request("GET", f"{base_path}/metrics", headers=headers or {})
-            response = conn.getresponse()
-            body = response.read(MAX_METRICS_BYTES + 1)
-        except (OSError, http.client.HTTPException):
-            conn.close()
-            state["conn"] = None
-            raise
-        if response.status == 404:
+        answer = conn.request("GET", "/metrics", limit=MAX_METRICS_BYTES)
+        if answer.status == 404:
             return None
-        if response.status != 200:
-            raise OSError(f"/metrics answered HTTP {response.status}")
-        if len(body) > MAX_METRICS_BYTES:  # not a vLLM page: a missed sample, not a crash
-            conn.close()
-            state["conn"] = None
-            raise OSError(f"/metrics is larger than {MAX_METRICS_BYTES} bytes")
-        return body.decode("utf-8", "replace")
+        if answer.status != 200:
+            raise OSError(f"/metrics answered HTTP {answer.status}")
+        return answer.text()
 
-    def close() -> None:
-        if state["conn"] is not None:
-            state["conn"].close()
-
-    fetch.close = close  # type: ignore[attr-defined]
+    fetch.close = conn.close  # type: ignore[attr-defined]
     return fetch
 
 

@@ -26,8 +26,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from onecat.bench.httpclient import Connection, Endpoint, HttpError
-from onecat.bench.sse import StreamingConnection
+from onecat.bench.httpclient import Client, Endpoint, HttpError
 
 
 @dataclass(frozen=True)
@@ -38,11 +37,8 @@ class Target:
     headers: dict[str, str]
     timeout: float
 
-    def connection(self) -> Connection:
-        return Connection(self.endpoint, self.headers)
-
-    def streaming_connection(self) -> StreamingConnection:
-        return StreamingConnection(self.endpoint, self.headers)
+    def client(self, connections: int = 1) -> Client:
+        return Client(self.endpoint, self.headers, connections)
 
     @property
     def path(self) -> str:
@@ -165,11 +161,11 @@ class _Collector:
         self.live.chunks += 1
 
 
-async def _stream(conn: StreamingConnection, target: Target, body: bytes,
+async def _stream(client: Client, target: Target, body: bytes,
                   result: RequestResult, live: LiveCounters) -> None:
     result.start = time.perf_counter()
     collect = _Collector(result, live, target.chat)
-    await conn.post(target.path, body, collect, result.request_id or None)
+    await client.stream(target.path, body, collect, result.request_id or None)
     if not collect.done:
         raise HttpError("truncated_stream", "the stream ended without [DONE]")
     if result.ttft is None:
@@ -184,7 +180,7 @@ async def _stream(conn: StreamingConnection, target: Target, body: bytes,
     result.ok = True
 
 
-async def send(conn: StreamingConnection, target: Target, prompt: str, max_tokens: int,
+async def send(client: Client, target: Target, prompt: str, max_tokens: int,
                live: LiveCounters, request_id: str = "") -> RequestResult:
     """One request, never raising and never running past target.timeout.
 
@@ -193,17 +189,17 @@ async def send(conn: StreamingConnection, target: Target, prompt: str, max_token
     result = RequestResult(request_id=request_id)
     body = json.dumps(target.body(prompt, max_tokens)).encode()
     try:
-        await asyncio.wait_for(_stream(conn, target, body, result, live), timeout=target.timeout)
+        await asyncio.wait_for(_stream(client, target, body, result, live),
+                               timeout=target.timeout)
     # asyncio.TimeoutError: on Python 3.10 (Ubuntu 22.04 nodes run this client in the burn-in
-    # and the benchmark) it is not yet the builtin TimeoutError.
+    # and the benchmark) it is not yet the builtin TimeoutError. A cancelled aiohttp request
+    # closes its connection.
     except (TimeoutError, asyncio.TimeoutError):  # noqa: UP041
         result.error = "timeout"
-        conn.close()
     except HttpError as exc:
         result.error = exc.reason
     except OSError as exc:
         result.error = f"os_error_{exc.errno}" if exc.errno else "os_error"
-        conn.close()
     result.end = time.perf_counter()
     if result.ok:
         live.done += 1
@@ -228,23 +224,23 @@ async def run_level(target: Target, prompts: list[str], concurrency: int, max_to
     results: list[RequestResult] = [RequestResult() for _ in prompts]
     next_index = 0
 
-    connections = [target.streaming_connection()
-                   for _ in range(min(concurrency, len(prompts)))]
-    # Connect every client first: a refused connect shows up as that request's error below.
-    await asyncio.gather(*(c.connect() for c in connections), return_exceptions=True)
+    clients = min(concurrency, len(prompts))
+    client = target.client(clients)
+    # Open every client's connection first: a refused connect shows up as a request's error.
+    await client.warm(clients)
 
-    async def client(conn: StreamingConnection) -> None:
+    async def one_client() -> None:
         nonlocal next_index
-        try:
-            while next_index < len(prompts):
-                i = next_index
-                next_index += 1
-                results[i] = await send(conn, target, prompts[i], max_tokens, live,
-                                        ids[i] if ids else "")
-        finally:
-            conn.close()
+        while next_index < len(prompts):
+            i = next_index
+            next_index += 1
+            results[i] = await send(client, target, prompts[i], max_tokens, live,
+                                    ids[i] if ids else "")
 
     began = time.perf_counter()
-    await asyncio.gather(*(client(conn) for conn in connections))
-    duration = time.perf_counter() - began
+    try:
+        await asyncio.gather(*(one_client() for _ in range(clients)))
+    finally:
+        duration = time.perf_counter() - began
+        await client.close()
     return LevelRun(concurrency, results, duration, began)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from onecat import __version__
 from onecat.bench import output, prompts
-from onecat.bench.httpclient import Connection, Endpoint, HttpError, public_url
+from onecat.bench.httpclient import Client, Endpoint, HttpError, public_url
 from onecat.bench.metrics import level_metrics, queue_warnings
 from onecat.bench.observe import (
     MemoryReader,
@@ -87,11 +87,11 @@ def _say(opts: BenchOptions, message: str) -> None:
         print(f"onecat bench: {message}", file=sys.stderr, flush=True)
 
 
-async def _probe(conn: Connection, opts: BenchOptions) -> str:
+async def _probe(client: Client, opts: BenchOptions) -> str:
     """Reachability, API key and model name, from GET /v1/models."""
     url = public_url(opts.url)
     try:
-        status, body = await asyncio.wait_for(conn.get_json("/v1/models"),
+        status, body = await asyncio.wait_for(client.get_json("/v1/models"),
                                               min(opts.timeout, PROBE_TIMEOUT_S))
     except (TimeoutError, HttpError, OSError) as exc:
         reason = exc.reason if isinstance(exc, HttpError) else "timeout"
@@ -122,9 +122,7 @@ class _Tokenizer:
 
     def __init__(self, target: Target) -> None:
         self.target = target
-        self.pool: asyncio.Queue[Connection] = asyncio.Queue()
-        for _ in range(TOKENIZE_CONNECTIONS):
-            self.pool.put_nowait(target.connection())
+        self.client = target.client(TOKENIZE_CONNECTIONS)
 
     def _body(self, text: str) -> dict:
         if self.target.chat:
@@ -132,22 +130,17 @@ class _Tokenizer:
         return {"model": self.target.model, "prompt": text}
 
     async def count(self, text: str) -> int:
-        conn = await self.pool.get()
         try:
-            status, body = await asyncio.wait_for(conn.post_json("/tokenize", self._body(text)),
-                                                  PROBE_TIMEOUT_S)
+            status, body = await asyncio.wait_for(
+                self.client.post_json("/tokenize", self._body(text)), PROBE_TIMEOUT_S)
         except (TimeoutError, HttpError, OSError):
-            conn.close()
             raise LookupError("tokenize failed") from None
-        finally:
-            self.pool.put_nowait(conn)
         if status != 200 or not isinstance(body, dict) or not isinstance(body.get("count"), int):
             raise LookupError(f"tokenize answered HTTP {status}")
         return body["count"]
 
-    def close(self) -> None:
-        while not self.pool.empty():
-            self.pool.get_nowait().close()
+    async def close(self) -> None:
+        await self.client.close()
 
 
 async def _build_prompts(target: Target, opts: BenchOptions, total: int) -> tuple[list[str], str]:
@@ -172,7 +165,7 @@ async def _build_prompts(target: Target, opts: BenchOptions, total: int) -> tupl
         _say(opts, f"building {total} prompts of {opts.input_len} tokens with /tokenize")
         return list(await asyncio.gather(*(one(i) for i in range(total)))), "tokenize"
     finally:
-        tokenizer.close()
+        await tokenizer.close()
 
 
 async def _progress(opts: BenchOptions, level: int, total: int, live: LiveCounters,
@@ -200,23 +193,26 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         raise BenchError(problem)
     endpoint = Endpoint.parse(opts.url)
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
-    probe = Connection(endpoint, headers)
+    probe = Client(endpoint, headers, 1)
     try:
         model = await _probe(probe, opts)
     finally:
-        probe.close()
+        await probe.close()
     target = Target(endpoint, model, opts.chat, headers, opts.timeout, opts.temperature)
     sizes = [requests_for(c, opts.requests_per_level) for c in opts.concurrency]
     all_prompts, source = await _build_prompts(target, opts, opts.warmup + sum(sizes))
 
     live = LiveCounters()
-    warm = target.streaming_connection()
-    for i in range(opts.warmup):
-        result = await send(warm, target, all_prompts[i], min(opts.output_len, WARMUP_MAX_TOKENS),
-                            live, f"onecat-bench-{opts.seed}-warmup-{i}")
-        if not result.ok:
-            _say(opts, f"warmup request {i + 1} failed ({result.error})")
-    warm.close()
+    warm = target.client()
+    try:
+        for i in range(opts.warmup):
+            result = await send(warm, target, all_prompts[i],
+                                min(opts.output_len, WARMUP_MAX_TOKENS), live,
+                                f"onecat-bench-{opts.seed}-warmup-{i}")
+            if not result.ok:
+                _say(opts, f"warmup request {i + 1} failed ({result.error})")
+    finally:
+        await warm.close()
     if opts.before_timed is not None:
         await asyncio.to_thread(opts.before_timed)
 

@@ -16,8 +16,6 @@ from onecat.serve.gate import key_from_env_file
 from onecat.watch.likelihood import REL_TOLERANCE
 from onecat.watch.prompts import read as read_prompts
 
-from .run import Plan, burn_in
-
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_CANNOT_RUN = 0, 1, 2
 
 
@@ -106,6 +104,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "onecat burnin: pynvml is missing; install nvidia-ml-py or python3-pynvml",
             file=sys.stderr,
         )
+        return EXIT_CANNOT_RUN
+    try:
+        # The load's HTTP client (onecat.bench.httpclient); without it: cannot run, not refused.
+        from .run import Plan, burn_in
+    except ImportError as error:
+        print(f"onecat burnin: {error.name or 'a module'} is missing on {platform.node()}; "
+              "install aiohttp into burnin_python's environment (roles/burnin does)",
+              file=sys.stderr)
         return EXIT_CANNOT_RUN
     plan = Plan(
         args.url.rstrip("/"),

@@ -8,12 +8,10 @@ each node's own results.
 
 from __future__ import annotations
 
-import http.client
 import urllib.parse
-import urllib.request
 from typing import Any
 
-from onecat.serve.gate import malformed
+from onecat.httpsync import BadAnswer, TooLarge, request
 
 from .runtime import parse_stat, servers
 
@@ -27,24 +25,22 @@ MAX_STATS_BYTES = 8 * 1024 * 1024
 def fetch_stats(url: str, timeout: float = 10.0, limit: int = MAX_STATS_BYTES) -> str:
     """HAProxy's stats as CSV: an http(s) URL of the stats page (';csv' is appended).
 
-    ValueError (one line) for a URL that is not http(s) (urllib would read file: URLs), an
-    answer that is not well-formed HTTP, or one over `limit` bytes; OSError when nothing
-    answers."""
+    ValueError (one line) for a URL that is not http(s), an answer that is not well-formed
+    HTTP or not a 200, or one over `limit` bytes; OSError when nothing answers."""
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise ValueError(f"not an http(s) URL of HAProxy's stats page: {url[:80]!r}")
     if not url.endswith(";csv"):
         url = url.rstrip("/") + ";csv"
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            body = response.read(limit + 1)
-            # read(n) returns a body cut short without a word; the length says it was.
-            if response.length and len(body) <= limit:
-                raise http.client.IncompleteRead(body, response.length)
-    except http.client.HTTPException as error:
-        raise ValueError(f"a malformed HTTP answer ({malformed(error)})") from None
-    if len(body) > limit:
-        raise ValueError(f"the stats answer is over {limit} bytes: not HAProxy's stats page")
-    return body.decode("utf-8", "replace")
+        answer = request(url, timeout=timeout, limit=limit)
+    except TooLarge:
+        raise ValueError(f"the stats answer is over {limit} bytes: not HAProxy's stats "
+                         "page") from None
+    except BadAnswer as error:
+        raise ValueError(f"a malformed HTTP answer ({error})") from None
+    if answer.status != 200:
+        raise ValueError(f"the stats page answered HTTP {answer.status}")
+    return answer.text()
 
 
 def _totals(rows: list[dict[str, str]], names: list[str]) -> dict[str, int]:

@@ -18,13 +18,12 @@ import platform
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from onecat import httpsync
 from onecat.files import read_json, write_json
 from onecat.serve.gate import key_from_env_file, smoke, wait_ready
 
@@ -96,18 +95,20 @@ class NodeHost:
         deadline = time.monotonic() + self.args.drain_timeout
         busy = -1.0
         while url:
-            request = urllib.request.Request(f"{url}/metrics", headers={
-                "Authorization": f"Bearer {self.metrics_key}"})
             try:
-                with urllib.request.urlopen(request, timeout=10) as answer:
-                    text = answer.read(4_000_000).decode("utf-8", "replace")
-            except urllib.error.HTTPError as error:
-                # It answers but will not say: wait the whole drain timeout, to be safe.
-                time.sleep(max(deadline - time.monotonic(), 0))
-                return (f"the engine's /metrics answered HTTP {error.code}: waited the drain "
-                        f"timeout ({self.args.drain_timeout:.0f} s) for requests in flight")
+                answer = httpsync.request(f"{url}/metrics", headers={
+                    "Authorization": f"Bearer {self.metrics_key}"}, timeout=10, limit=4_000_000)
+                refused = "" if answer.status == 200 else f"HTTP {answer.status}"
+            except httpsync.BadAnswer as error:
+                refused = f"a malformed answer ({error})"
             except (OSError, ValueError):
                 return None  # nothing answers: nothing in flight to wait for
+            if refused:
+                # It answers but will not say: wait the whole drain timeout, to be safe.
+                time.sleep(max(deadline - time.monotonic(), 0))
+                return (f"the engine's /metrics answered {refused}: waited the drain "
+                        f"timeout ({self.args.drain_timeout:.0f} s) for requests in flight")
+            text = answer.text()
             busy = _metric(text, "vllm:num_requests_running") + _metric(
                 text, "vllm:num_requests_waiting")
             if busy <= 0:

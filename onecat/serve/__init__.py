@@ -9,7 +9,8 @@ judges a smoke completion.
 Ships to nodes (stdlib only): flags.py, inputs.py, image_ref.py, gate.py — used
 by library/vllm_serve_command.py and library/vllm_gate.py as
 ansible.module_utils.onecat.serve.*; gate.py brings ../watch/degenerate.py along
-(its smoke check is the watch's degeneracy detector). guard.py runs inside the engine container
-(vLLM's --middleware; roles/vllm_serve/files/onecat_guard.py links to it) and
-closes every path of the server behind its keys.
+(its smoke check is the watch's degeneracy detector) and ../httpsync.py (its HTTP
+client). guard.py runs inside the engine container (vLLM's --middleware;
+roles/vllm_serve/files/onecat_guard.py links to it) and closes every path of the server
+behind its keys.
 """

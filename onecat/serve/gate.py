@@ -1,7 +1,8 @@
 """Is a freshly started vLLM server really serving? Health, model list, then a smoke completion.
 
 Stdlib only: this file also ships to nodes as ``ansible.module_utils.onecat.serve.gate``, with
-the watch's degeneracy detector (``..watch.degenerate``, stdlib only too) that it judges by.
+the watch's degeneracy detector (``..watch.degenerate``, stdlib only too) that it judges by and
+the package's one blocking HTTP client (``..httpsync``, stdlib only: the node's system Python).
 A server can answer /health and still produce garbage: NaNs in a broken kernel come out as a
 runaway loop (" Paris!!!!!!!!", "…摄氏度度度度度度度度", "巴黎巴黎巴黎巴黎巴黎巴") or random-token
 soup, the symptoms the smoke completion looks for.
@@ -9,14 +10,11 @@ soup, the symptoms the smoke completion looks for.
 
 from __future__ import annotations
 
-import http.client
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from ..httpsync import BadAnswer, request_json
 from ..watch.degenerate import degenerate
 
 
@@ -41,36 +39,19 @@ class Malformed(str):
     """Status 0's answer when something answered, but not with well-formed HTTP: what was wrong."""
 
 
-def malformed(error: http.client.HTTPException) -> Malformed:
-    """One printable line for a malformed answer (a bad chunk, an over-long line, not HTTP)."""
-    detail = "".join(ch if ch.isprintable() else "?" for ch in str(error))[:80]
-    return Malformed(f"{type(error).__name__}: {detail}" if detail else type(error).__name__)
-
-
 def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float
              ) -> tuple[int, Any]:
     """(HTTP status, parsed JSON or None); status 0 when nothing answered, with a Malformed
-    answer when what answered was not well-formed HTTP (http.client raises HTTPException,
-    which is no OSError)."""
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
-    request.add_header("Content-Type", "application/json")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
+    answer when what answered was not well-formed HTTP, or a 200 whose body is not JSON."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            raw = response.read()
-            status = response.status
-    except urllib.error.HTTPError as error:
-        return error.code, None
-    except http.client.HTTPException as error:
-        return 0, malformed(error)
+        answer = request_json(url, body, api_key, timeout)
+        if answer.status != 200:
+            return answer.status, None
+        return 200, answer.json() if answer.body.strip() else None
+    except BadAnswer as error:
+        return 0, Malformed(str(error))
     except (OSError, ValueError):
         return 0, None
-    try:
-        return status, json.loads(raw) if raw.strip() else None
-    except ValueError:
-        return status, None
 
 
 def key_from_env_file(text: str, name: str = "VLLM_API_KEY") -> str:

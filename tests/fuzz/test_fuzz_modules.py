@@ -50,18 +50,27 @@ def load(name: str) -> ModuleType:
     return module
 
 
-def _infinite(value: object) -> bool:
-    try:
-        return decimal.Decimal(str(value)).is_infinite()
-    except (decimal.DecimalException, ValueError):
+def _overflows(value: object) -> bool:
+    """Whether check_type_int's own conversion, int(Decimal(value)), overflows: an infinity, or
+    an exponent so large that the integer cannot be made."""
+    if isinstance(value, int):
         return False
+    try:
+        int(decimal.Decimal(value))  # type: ignore[arg-type]
+    except (OverflowError, MemoryError):  # MemoryError: "1e99999999999999999", same path
+        return True
+    except (decimal.DecimalException, TypeError, ValueError):
+        return False
+    return False
 
 
 def skip_upstream_int_overflow(args: dict) -> None:
     """ansible-core 2.19's check_type_int raises OverflowError (not its TypeError) for an
-    infinite value of a `type: int` option: "Module failed: cannot convert Infinity to
-    integer" before any module code runs. Fixed upstream (ansible/ansible#87253, not in the
-    pinned release); such inputs are left out rather than counted against onecat."""
+    infinite value of a `type: int` option ("Module failed: cannot convert Infinity to
+    integer") or one whose exponent is past the C integer range ("Python int too large to
+    convert to C ssize_t"), an element of a list of ints too, before any module code runs.
+    Fixed upstream (ansible/ansible#87253, not in the pinned release); such inputs are left out
+    rather than counted against onecat."""
     int_options = {"gpus", "max_model_len", "tensor_parallel_size", "expected_gpus",
                    "min_memory_mib", "max_aggregate_uncorrected_ecc", "max_retired_pages",
                    "max_volatile_uncorrected_ecc", "max_volatile_corrected_ecc",
@@ -69,8 +78,8 @@ def skip_upstream_int_overflow(args: dict) -> None:
                    "max_num_batched_tokens", "max_num_seqs", "typical_input_tokens",
                    "typical_output_tokens"}
     for name, value in args.items():
-        values = value if name == "xid_error_codes" and isinstance(value, list) else [value]
-        if (name in int_options or name == "xid_error_codes") and any(map(_infinite, values)):
+        values = value if isinstance(value, list) else [value]
+        if (name in int_options or name == "xid_error_codes") and any(map(_overflows, values)):
             reject()
 
 

@@ -176,11 +176,12 @@ def test_fleet_mode_names_a_missing_inventory(capsys, tmp_path):
     assert capsys.readouterr().err.startswith(f"onecat: inventory {missing} not found")
 
 
-def test_runs_stdlib_only_as_python_m_onecat_bench(tmp_path):
-    """What the benchmark role runs on a node: no site-packages (-S), only the onecat package."""
+def test_runs_as_python_m_onecat_bench(tmp_path):
+    """What the benchmark role runs on a node: its venv's Python (aiohttp, nvidia-ml-py) with
+    the onecat package on PYTHONPATH."""
     with standin(tmp_path) as server:
         run = subprocess.run(
-            [sys.executable, "-S", "-m", "onecat.bench", "--url", server.url, "--concurrency",
+            [sys.executable, "-m", "onecat.bench", "--url", server.url, "--concurrency",
              "2", "--input-len", "20", "--output-len", "4", "--requests-per-level", "2",
              "--warmup", "0", "--out", str(tmp_path / "out"), "--quiet"],
             cwd=ROOT, capture_output=True, text=True, timeout=60)

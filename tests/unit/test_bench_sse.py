@@ -1,4 +1,5 @@
-"""The streaming connection of `onecat bench` against tiny scripted HTTP servers on loopback."""
+"""The streaming requests of `onecat bench` (aiohttp + the SSE splitter) against tiny scripted
+HTTP servers on loopback."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import asyncio
 
 import pytest
 
-from onecat.bench.httpclient import Endpoint, HttpError
-from onecat.bench.sse import StreamingConnection
+from onecat.bench.httpclient import Client, Endpoint, HttpError
 
 
 def _chunk(data: bytes) -> bytes:
@@ -39,28 +39,28 @@ async def _serve(replies: list[bytes], close_after_each: bool = True):
     return server, server.sockets[0].getsockname()[1], served
 
 
-def _post(conn: StreamingConnection, events: list[bytes], request_id: str | None = None):
-    return conn.post("/v1/completions", b"{}", lambda data, now: events.append(data),
-                     request_id)
+def _post(client: Client, events: list[bytes], request_id: str | None = None):
+    return client.stream("/v1/completions", b"{}", lambda data, now: events.append(data),
+                         request_id)
 
 
 def test_events_split_across_chunks_and_a_silently_closed_keep_alive_connection():
     async def scenario() -> tuple[list[bytes], list[bytes]]:
         # The server closes after every answer without saying so (uvicorn's keep-alive timeout).
         server, port, served = await _serve([SSE_OK, SSE_OK])
-        conn = StreamingConnection(Endpoint("127.0.0.1", port, False, ""))
+        conn = Client(Endpoint("127.0.0.1", port, False, ""))
         events: list[bytes] = []
         async with server:
             await _post(conn, events, "req-1")
             await asyncio.sleep(0.05)
             await _post(conn, events)  # the closed keep-alive connection is replaced
-            conn.close()
+            await conn.close()
         return events, served
 
     events, served = asyncio.run(scenario())
     assert events == [b'{"n": 1}', b'{"n": 2}', b"[DONE]"] * 2
-    assert b"x-request-id: req-1\r\n" in served[0]
-    assert b"x-request-id" not in served[1]
+    assert b"x-request-id: req-1\r\n" in served[0].lower()
+    assert b"x-request-id" not in served[1].lower()
 
 
 @pytest.mark.parametrize(("reply", "reason"), [
@@ -74,7 +74,7 @@ def test_events_split_across_chunks_and_a_silently_closed_keep_alive_connection(
 def test_failures_have_reasons(reply, reason):
     async def scenario() -> str:
         server, port, _ = await _serve([reply])
-        conn = StreamingConnection(Endpoint("127.0.0.1", port, False, ""))
+        conn = Client(Endpoint("127.0.0.1", port, False, ""))
 
         def on_event(data: bytes, now: float) -> None:
             if data == b"x":
@@ -82,11 +82,11 @@ def test_failures_have_reasons(reply, reason):
 
         async with server:
             try:
-                await conn.post("/v1/completions", b"{}", on_event)
+                await conn.stream("/v1/completions", b"{}", on_event)
             except HttpError as exc:
                 return exc.reason
             finally:
-                conn.close()
+                await conn.close()
         return "no error"
 
     assert asyncio.run(scenario()) == reason
@@ -97,9 +97,10 @@ def test_refused_connection():
         server, port, _ = await _serve([])
         server.close()
         await server.wait_closed()
-        conn = StreamingConnection(Endpoint("127.0.0.1", port, False, ""))
+        conn = Client(Endpoint("127.0.0.1", port, False, ""))
         with pytest.raises(HttpError) as err:
             await _post(conn, [])
+        await conn.close()
         return err.value.reason
 
     assert asyncio.run(scenario()) == "connection_refused"
