@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from http.client import HTTPResponse
+from typing import Any
 
 from .errors import EngineLockError
 
@@ -30,8 +31,45 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_Redirects)
 
 
+def _malformed(what: str, url: str, err: http.client.HTTPException) -> EngineLockError:
+    detail = str(err).splitlines()[0][:120] if str(err) else ""
+    return EngineLockError(f"{what} gave a malformed HTTP answer for {url} "
+                           f"({type(err).__name__}{': ' + detail if detail else ''})")
+
+
+class Answer:
+    """An open response whose reads turn a malformed body (IncompleteRead, a bad chunk) into
+    one EngineLockError line, like the opening does."""
+
+    def __init__(self, response: Any, what: str, url: str) -> None:
+        self._response, self._what, self._url = response, what, url
+        self.status: int = response.status
+        self.headers = response.headers
+
+    def read(self, size: int | None = None) -> bytes:
+        try:
+            data = self._response.read(size)
+        except http.client.HTTPException as err:
+            raise _malformed(self._what, self._url, err) from None
+        # read(n) at the end of a body shorter than its Content-Length returns b"" quietly.
+        left = getattr(self._response, "length", None)
+        if size and not data and left:
+            raise _malformed(self._what, self._url,
+                             http.client.IncompleteRead(b"", left))
+        return data
+
+    def close(self) -> None:
+        self._response.close()
+
+    def __enter__(self) -> Answer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def request(url: str, *, what: str, method: str = "GET", headers: Mapping[str, str] | None = None,
-            timeout: float = TIMEOUT, ok: tuple[int, ...] = (200,)) -> HTTPResponse:
+            timeout: float = TIMEOUT, ok: tuple[int, ...] = (200,)) -> Answer:
     """Open `url`; an unreachable host or an unexpected status is an EngineLockError.
 
     A status in `ok` returns the open response (the caller reads and closes it); an
@@ -43,13 +81,15 @@ def request(url: str, *, what: str, method: str = "GET", headers: Mapping[str, s
         response = _OPENER.open(req, timeout=timeout)
     except urllib.error.HTTPError as err:
         if err.code in ok:
-            return err  # type: ignore[return-value]
+            return Answer(err, what, url)
         err.close()
         raise EngineLockError(f"{what} answered HTTP {err.code} {err.reason} for {url}") from None
+    except http.client.HTTPException as err:  # not HTTP, an over-long line, a cut head
+        raise _malformed(what, url, err) from None
     except (urllib.error.URLError, OSError, ValueError) as err:
         reason = getattr(err, "reason", err)
         raise EngineLockError(f"{what} is unreachable: {url}: {reason}") from None
     if response.status not in ok:
         response.close()
         raise EngineLockError(f"{what} answered HTTP {response.status} for {url}")
-    return response
+    return Answer(response, what, url)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bad_http
 import pytest
 from engine_index import free_port
 from engine_parts import BASE_REPO, BASE_TAG, Parts
@@ -262,3 +263,21 @@ def test_a_redirect_to_another_host_does_not_carry_the_token():
         server.shutdown()
         server.server_close()
     assert seen == {"/blob": "Bearer secret", "/cdn": None}
+
+
+@pytest.mark.parametrize("shape", sorted(bad_http.ANSWERS))
+def test_a_registry_or_wheel_server_answering_malformed_http_gives_one_line(parts, tmp_path,
+                                                                           shape):
+    """urllib lets http.client's own errors through (BadStatusLine, LineTooLong, IncompleteRead):
+    each is one line naming the server and the URL, exit 2, nothing written."""
+    for name in ("registry", "wheel"):
+        (tmp_path / name).mkdir()
+    with bad_http.serving(bad_http.ANSWERS[shape]) as url:
+        host = url.removeprefix("http://")
+        line = one_line_exit_2(lock(parts, tmp_path / "registry", base=f"{host}/test/base:1.0"))
+        assert "gave a malformed HTTP answer" in line and host in line, line
+        wheel = f"{url}/1cat_vllm-1.5.0-cp312-cp312-linux_x86_64.whl"
+        line = one_line_exit_2(lock(parts, tmp_path / "wheel", url=wheel, sha="a" * 64))
+        assert "malformed HTTP answer" in line and host in line, line
+    assert not (tmp_path / "registry" / "engine").exists()
+    assert not (tmp_path / "wheel" / "engine").exists()
