@@ -53,8 +53,8 @@ def load(name: str) -> ModuleType:
 def _overflows(value: object) -> bool:
     """Whether check_type_int's own conversion, int(Decimal(value)), overflows: an infinity, or
     an exponent so large that the integer cannot be made."""
-    if isinstance(value, int):
-        return False
+    if isinstance(value, int):  # past 64 bits the same check fails too ("C ssize_t")
+        return not isinstance(value, bool) and abs(value) >= 2**63
     try:
         int(decimal.Decimal(value))  # type: ignore[arg-type]
     except (OverflowError, MemoryError):  # MemoryError: "1e99999999999999999", same path
