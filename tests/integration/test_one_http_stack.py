@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -100,38 +100,31 @@ def _client(url: str) -> Client:
     return Client(Endpoint.parse(url), {}, 2)
 
 
-def test_a_stream_from_a_malformed_server_fails_with_a_reason_at_once(bad_server: str) -> None:
+def _refused(bad_server: str, call: Callable[[Client], Awaitable[object]], what: str) -> None:
+    """`call` on a client of the malformed server ends in one HttpError line with a reason, far
+    below any request timeout (a malformed answer must not wait for it)."""
     async def scenario() -> HttpError:
         client = _client(bad_server)
         try:
-            # Far below any request timeout: a malformed answer must not wait for it.
-            await asyncio.wait_for(client.stream("/v1/completions", b"{}",
-                                                 lambda data, now: None), 5)
+            await asyncio.wait_for(call(client), 5)
         except HttpError as error:
             return error
         finally:
             await client.close()
-        raise AssertionError("the malformed answer was read as a stream")
+        raise AssertionError(f"the malformed answer was read as {what}")
 
     error = asyncio.run(scenario())
     assert error.reason in ("bad_response", "truncated_stream"), error
     _one_line(str(error))
+
+
+def test_a_stream_from_a_malformed_server_fails_with_a_reason_at_once(bad_server: str) -> None:
+    _refused(bad_server, lambda client: client.stream("/v1/completions", b"{}",
+                                                      lambda data, now: None), "a stream")
 
 
 def test_a_side_request_to_a_malformed_server_fails_with_a_reason(bad_server: str) -> None:
-    async def scenario() -> HttpError:
-        client = _client(bad_server)
-        try:
-            await asyncio.wait_for(client.get_json("/v1/models"), 5)
-        except HttpError as error:
-            return error
-        finally:
-            await client.close()
-        raise AssertionError("the malformed answer was read as JSON")
-
-    error = asyncio.run(scenario())
-    assert error.reason in ("bad_response", "truncated_stream"), error
-    _one_line(str(error))
+    _refused(bad_server, lambda client: client.get_json("/v1/models"), "JSON")
 
 
 def test_a_level_against_a_malformed_server_counts_each_failure(bad_server: str) -> None:
