@@ -183,20 +183,34 @@ def gpu_states(fields: Iterable[str], output: str, rc: int) -> dict[str, str]:
     return {name: ", ".join(found) or "no GPU" for name, found in values.items()}
 
 
+# dpkg-query's package name patterns are shell globs (dpkg-query(1)).
+PATTERN_CHARS = frozenset("*?[")
+
+
 def parse_dpkg(output: str, names: Iterable[str]) -> dict[str, str]:
     """Package name to "<status> <version>" from dpkg-query's tab-separated lines.
 
     The lines are `${Package}\\t${Version}\\t${db:Status-Abbrev}` (library/stage_stamp.py).
 
     A package dpkg does not list is "absent"; the status keeps the selection, so a hold
-    released by hand (hi -> ii) counts as drift.
+    released by hand (hi -> ii) counts as drift. A name with a dpkg-query pattern
+    ("linux-image-[0-9]*") is every package it matches, each with its state: a kernel installed
+    or removed behind the stage's back is a change too.
     """
     seen: dict[str, str] = {}
     for line in output.splitlines():
         fields = line.split("\t")
         if len(fields) == 3 and fields[0]:
             seen[fields[0]] = f"{fields[2].strip()} {fields[1]}".strip()
-    return {name: seen.get(name, ABSENT) for name in names}
+    states = {}
+    for name in names:
+        if not PATTERN_CHARS.intersection(name):
+            states[name] = seen.get(name, ABSENT)
+            continue
+        matches = [f"{found} {seen[found]}" for found in sorted(seen)
+                   if fnmatch.fnmatchcase(found, name)]
+        states[name] = ", ".join(matches) or "no match"
+    return states
 
 
 UNIT_PROPERTIES = ("ActiveState", "UnitFileState", "FragmentPath", "DropInPaths")

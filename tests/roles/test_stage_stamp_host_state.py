@@ -100,6 +100,24 @@ def test_persistence_mode_turned_off_runs_the_driver_stage_again(host) -> None:
     assert _stamps(host, "check")["driver"]["current"]
 
 
+def test_a_kernel_installed_since_runs_the_driver_stage_again(host) -> None:
+    """unattended-upgrades installs a kernel between runs: it needs its NVIDIA module before it
+    boots (Ubuntu's prebuilt module package, tasks/modules.yml), so the driver stage runs."""
+    kernels = host["tmp"] / "dpkg-kernels"
+    kernels.write_text("linux-image-6.1.0-28-amd64\t6.1.119-1\tii \n")
+    # dpkg-query answers for this machine's packages, plus the host's kernel packages.
+    _script(host["bin"] / "dpkg-query", f'cat "{kernels}"; exec /usr/bin/dpkg-query "$@"')
+    managed = _stamps(host, "record")
+    assert "linux-image-[0-9]*" in managed["driver"]["packages"], managed
+    assert _stamps(host, "check")["driver"]["current"]
+    with kernels.open("a") as more:
+        more.write("linux-image-6.1.0-31-amd64\t6.1.128-1\tii \n")
+    verdicts = _stamps(host, "check")
+    assert not verdicts["driver"]["current"], verdicts
+    assert "linux-image-6.1.0-31-amd64 ii 6.1.128-1" in verdicts["driver"]["reason"], verdicts
+    assert verdicts["runtime"]["current"], verdicts
+
+
 def test_a_removed_dev_char_link_runs_the_runtime_stage_again(host) -> None:
     _stamps(host, "record")
     (host["dev"] / "char" / "195:1").unlink()

@@ -76,6 +76,18 @@ def test_dpkg_lines_keep_the_hold_and_name_missing_packages() -> None:
     assert unheld["nvidia-container-toolkit"] != states["nvidia-container-toolkit"]
 
 
+def test_a_dpkg_pattern_is_every_package_it_matches() -> None:
+    kernels = ("linux-image-6.1.0-28-amd64\t6.1.119-1\tii \n"
+               "linux-image-amd64\t6.1.119-1\tii \n"
+               "linux-image-6.1.0-25-amd64\t6.1.106-3\trc \n")
+    states = parse_dpkg(kernels, ["linux-image-[0-9]*", "linux-image-unsigned-[0-9]*"])
+    assert states == {
+        "linux-image-[0-9]*": "linux-image-6.1.0-25-amd64 rc 6.1.106-3, "
+                              "linux-image-6.1.0-28-amd64 ii 6.1.119-1",
+        "linux-image-unsigned-[0-9]*": "no match",
+    }
+
+
 def test_unit_state_includes_its_drop_ins(tmp_path: Path) -> None:
     fragment = tmp_path / "docker.service"
     fragment.write_text("[Service]\nExecStart=/usr/bin/dockerd\n")
