@@ -6,12 +6,15 @@ import json
 import os
 from pathlib import Path
 
+import yaml
+
 from onecat.host.stamp import (
     ABSENT,
     STAMP_FORMAT,
     compare,
     file_state,
     fingerprint,
+    gpu_query,
     parse_dpkg,
     path_state,
     read_stamp,
@@ -195,3 +198,11 @@ def test_a_symlink_moved_to_another_target_is_a_change(tmp_path: Path) -> None:
     assert file_state(str(link / "config.json")) == file_state(
         str(tmp_path / "rev-a" / "config.json")
     )
+
+
+def test_the_driver_stage_reads_persistence_mode_as_its_stamp_does() -> None:
+    """kernel.yml turns persistence mode back on by what this query answers; the stamp compares
+    the same answer: one command line, or the stage and its stamp could disagree."""
+    role_vars = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "roles/nvidia_driver/vars/main.yml").read_text())
+    assert role_vars["__nvidia_driver_persistence_query"] == gpu_query(["persistence_mode"])
