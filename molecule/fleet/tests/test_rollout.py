@@ -288,6 +288,52 @@ def engine_status(name: str, key: str, path: str = "/v1/models") -> int:
     return http_status(node(name), f"http://127.0.0.1:{port}{path}", key)
 
 
+# A host firewall the stages do not manage: raw nftables in fleet-a's own network namespace
+# (Debian's default firewall; the node image has it installed, its service off, as a standard
+# install does), dropping the node agent's port as a policy of "only what is listed" would.
+NFT_DROP_AGENT = (
+    "nft add table inet onecat_test && "
+    "nft add chain inet onecat_test input "
+    "'{ type filter hook input priority 0; policy accept; }' && "
+    "nft add rule inet onecat_test input tcp dport 8003 drop")
+
+
+def agent_status(row: dict[str, str]) -> str:
+    """The last agent check's status of a server row ("* " marks one in progress)."""
+    return row.get("agent_status", "").removeprefix("* ")
+
+
+def test_a_node_firewall_that_drops_the_agent_fails_the_gateway_stage_naming_it(run_playbook):
+    """HAProxy takes an agent it cannot reach as no answer, not as an error: with fleet-a's
+    agent port dropped by nftables, the server stays UP while every drain and hold the agent
+    would say is lost (its agent check times out). The gateway stage asks from the gateway
+    host, fails naming fleet-a and the port, and keeps the running configuration; once the
+    rule is gone the agent is heard again."""
+    a, b = node("fleet-a"), node("fleet-b")
+    config = b.check_output("sha256sum /etc/haproxy/haproxy.cfg")
+    gateway = "- ansible.builtin.import_playbook: @PROJECT@/playbooks/gateway.yml"
+    a.check_output(NFT_DROP_AGENT)
+    try:
+        silent = wait_for_servers(
+            lambda rows: agent_status(rows["fleet-a"]) in ("L4TOUT", "L4CON"), timeout=30)
+        # No error at the gateway: the agent is not heard and the node still takes traffic.
+        assert agent_status(silent["fleet-a"]) in ("L4TOUT", "L4CON"), silent["fleet-a"]
+        assert silent["fleet-a"]["status"].startswith("UP"), silent["fleet-a"]
+        run = run_playbook(gateway, "-e", "gateway_agent_reach_timeout=3")
+    finally:
+        a.run("nft delete table inet onecat_test")
+    flat = " ".join(run.output.split())
+    assert run.rc != 0, flat[-2000:]
+    assert "does not answer from here" in flat, flat[-3000:]
+    named = flat.split("the node agent of ", 1)[1].split(" does not answer from here", 1)[0]
+    assert named == f"fleet-a ({node_address('fleet-a')}:8003)", flat[-3000:]  # fleet-a only
+    assert "nft add rule inet filter input ip saddr GATEWAY_IP tcp dport 8003 accept" in flat
+    assert b.check_output("sha256sum /etc/haproxy/haproxy.cfg") == config
+    heard = wait_for_servers(lambda rows: agent_status(rows["fleet-a"]) == "L7OK", timeout=30)
+    assert agent_status(heard["fleet-a"]) == "L7OK", heard["fleet-a"]
+    assert stream_completion(gateway_url(), MODEL, max_tokens=4, key=client_key()).status == 200
+
+
 def test_the_fleet_key_rotates_and_retires_with_no_failed_request(run_playbook):
     """-e onecat_fleet_key_rotate=true: each node restarts (drained) accepting the old key and
     a new one while the gateway still sends the old one; the gateway then sends the new key;
