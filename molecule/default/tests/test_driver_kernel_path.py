@@ -33,6 +33,20 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def _wait_booted(host, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = host.run("systemctl is-system-running").stdout.strip()
+        if state in {"running", "degraded"}:
+            return
+        time.sleep(2)
+
+
+def _boot_start(host) -> str:
+    """PID 1's start time: it changes when the node (a container) booted again."""
+    return host.check_output("cut -d' ' -f22 /proc/1/stat")
+
+
 def test_module_built_for_the_kernel_and_loaded(host):
     kernel = host.file("/etc/onecat-test/kernel-release").content_string.strip()
     userspace = _userspace(host)
@@ -54,6 +68,31 @@ def test_persistence_mode_is_on(host):
     assert host.service("nvidia-persistenced").is_running
     modes = host.check_output("nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader")
     assert modes.splitlines() == ["0, Enabled", "1, Enabled"]
+
+
+def test_a_planned_reboot_boots_into_the_installed_driver(host, run_playbook):
+    """nvidia_driver_reboot: true on a host whose kernel still runs the previous build: the
+    driver stage reboots it itself (ansible.builtin.reboot: `shutdown -r`, the container's
+    systemd exits, Docker starts it again), waits for the new boot, finds the installed module
+    loaded and goes on to the end with no reboot pending."""
+    userspace = _userspace(host)
+    host.run(f"echo 535.216.01 > {LOADED}")
+    booted = _boot_start(host)
+    run = run_playbook(DRIVER, "--limit", NODE, "-e", "nvidia_driver_reboot=true")
+    flat = _flat(run.output)
+    assert run.rc == 0, run.output[-3000:]
+    assert re.search(r"TASK \[nvidia_driver : Reboot into the installed driver\.\][^\n]*\n"
+                     rf"changed: \[{NODE}\]", run.output), run.output[-3000:]
+    assert "REBOOT PENDING" not in flat, flat[-3000:]
+    _wait_booted(host)
+    assert _boot_start(host) != booted
+    assert host.file(LOADED).content_string.strip() == userspace
+    assert not host.file(MARKER).exists
+    # The enabled unit brought the server back after the boot.
+    deadline = time.monotonic() + 180
+    while host.run("curl -fsS -m 2 http://127.0.0.1:8000/health").rc != 0:
+        assert time.monotonic() < deadline, host.run("systemctl status vllm --no-pager").stdout
+        time.sleep(2)
 
 
 def test_reboot_pending_holds_the_host_from_serve_until_it_reboots(host, run_playbook):
@@ -78,16 +117,12 @@ def test_reboot_pending_holds_the_host_from_serve_until_it_reboots(host, run_pla
     assert f"{NODE} is held out of the rollout: REBOOT PENDING" in flat
     assert host.file(UNIT).content_string == unit_before
 
-    # The reboot (a real restart of the node: /run is a tmpfs) clears the marker and the module.
+    # The reboot (a real restart of the node: /run is a tmpfs) clears the marker, and the boot
+    # loads the module built for the running kernel (udev's modalias load): the installed one.
     subprocess.run(["docker", "restart", NODE], check=True, timeout=180, capture_output=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        state = host.run("systemctl is-system-running").stdout.strip()
-        if state in {"running", "degraded"}:
-            break
-        time.sleep(2)
+    _wait_booted(host)
     assert not host.file(MARKER).exists
-    assert not host.file(LOADED).exists
+    assert host.file(LOADED).content_string.strip() == userspace
 
     run = run_playbook(DRIVER, "--limit", NODE)
     assert run.rc == 0, run.output[-3000:]
