@@ -78,6 +78,17 @@ class Run:
             self._done.set()
             self._more.notify_all()
 
+    def failures(self, limit: int = 40) -> str:
+        """The scenario's own verdicts on what failed: its verify's FAILED/ERROR lines and
+        their assertion lines (`E   ...`), so that a CI summary that shows only the end of the
+        output still names the failing verify test and why."""
+        picked = []
+        for line in self.lines:
+            text = line.split("] ", 1)[-1]
+            if text.startswith(("FAILED ", "ERROR ", "E   ")):
+                picked.append(text[:300])
+        return "\n".join(picked[:limit])
+
     def header(self) -> str:
         return f"===== molecule test -s {self.name} (started at {self.started:.1f})"
 

@@ -27,4 +27,5 @@ def test_molecule_scenario(scenario: str, capsys: pytest.CaptureFixture[str]) ->
     # Stream molecule's own log: when a scenario fails in CI, this is what explains it.
     with capsys.disabled():
         returncode = molecule_runs.run(scenario).follow(sys.stdout)
-    assert returncode == 0, f"molecule scenario {scenario} failed (log above)"
+    assert returncode == 0, (f"molecule scenario {scenario} failed (log above); its failures:\n"
+                             f"{molecule_runs.run(scenario).failures()}")
