@@ -69,3 +69,23 @@ def run_playbook(tmp_path: Path):
                            time.monotonic() - started)
 
     return run
+
+
+def wait_booted(host, seconds: float = 180) -> None:
+    """Until the node's systemd has booted (running, or degraded by a unit the test ignores);
+    the assertions after it say what is missing when it did not in time."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if host.run("systemctl is-system-running").stdout.strip() in {"running", "degraded"}:
+            return
+        time.sleep(2)
+
+
+def wait_healthy(host, seconds: float = 90) -> None:
+    """Until the node's server answers /health, else fail with its unit's last log lines."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if host.run("curl -fsS http://127.0.0.1:8000/health").rc == 0:
+            return
+        time.sleep(1)
+    raise AssertionError(host.run("journalctl -u vllm -n 30 --no-pager").stdout)

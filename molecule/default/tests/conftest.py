@@ -5,6 +5,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from verify_helpers import PROJECT, PlaybookRun, read_lock, run_playbook
+from verify_helpers import (
+    PROJECT,
+    PlaybookRun,
+    read_lock,
+    run_playbook,
+    wait_booted,
+    wait_healthy,
+)
 
-__all__ = ["PROJECT", "PlaybookRun", "read_lock", "run_playbook"]
+__all__ = ["PROJECT", "PlaybookRun", "read_lock", "run_playbook", "wait_booted",
+           "wait_healthy"]

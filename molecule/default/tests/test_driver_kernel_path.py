@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 
 import pytest
+from conftest import wait_booted, wait_healthy
 
 NODE = "onecat-node1"
 DRIVER = "- ansible.builtin.import_playbook: @PROJECT@/playbooks/driver.yml"
@@ -31,15 +31,6 @@ def _userspace(host) -> str:
 
 def _flat(text: str) -> str:
     return " ".join(text.split())
-
-
-def _wait_booted(host, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = host.run("systemctl is-system-running").stdout.strip()
-        if state in {"running", "degraded"}:
-            return
-        time.sleep(2)
 
 
 def _boot_start(host) -> str:
@@ -84,15 +75,11 @@ def test_a_planned_reboot_boots_into_the_installed_driver(host, run_playbook):
     assert re.search(r"TASK \[nvidia_driver : Reboot into the installed driver\.\][^\n]*\n"
                      rf"changed: \[{NODE}\]", run.output), run.output[-3000:]
     assert "REBOOT PENDING" not in flat, flat[-3000:]
-    _wait_booted(host)
+    wait_booted(host, 120)
     assert _boot_start(host) != booted
     assert host.file(LOADED).content_string.strip() == userspace
     assert not host.file(MARKER).exists
-    # The enabled unit brought the server back after the boot.
-    deadline = time.monotonic() + 180
-    while host.run("curl -fsS -m 2 http://127.0.0.1:8000/health").rc != 0:
-        assert time.monotonic() < deadline, host.run("systemctl status vllm --no-pager").stdout
-        time.sleep(2)
+    wait_healthy(host, 180)  # the enabled unit brought the server back after the boot
 
 
 def test_reboot_pending_holds_the_host_from_serve_until_it_reboots(host, run_playbook):
@@ -120,7 +107,7 @@ def test_reboot_pending_holds_the_host_from_serve_until_it_reboots(host, run_pla
     # The reboot (a real restart of the node: /run is a tmpfs) clears the marker, and the boot
     # loads the module built for the running kernel (udev's modalias load): the installed one.
     subprocess.run(["docker", "restart", NODE], check=True, timeout=180, capture_output=True)
-    _wait_booted(host)
+    wait_booted(host, 120)
     assert not host.file(MARKER).exists
     assert host.file(LOADED).content_string.strip() == userspace
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import read_lock
+from conftest import read_lock, wait_healthy
 from exposure import answers_without_key, listeners, node, node_address
 
 MODEL = "qwen25-7b-nvfp4"
@@ -29,15 +29,6 @@ def unit_image(host) -> str:
     match = re.search(r"^# onecat-image: (\S+)", host.file(UNIT).content_string, re.MULTILINE)
     assert match, host.file(UNIT).content_string
     return match.group(1)
-
-
-def wait_healthy(host, seconds: float = 90) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if host.run("curl -fsS http://127.0.0.1:8000/health").rc == 0:
-            return
-        time.sleep(1)
-    raise AssertionError(host.run("journalctl -u vllm -n 30 --no-pager").stdout)
 
 
 def test_server_passed_its_gate_and_answers(host):

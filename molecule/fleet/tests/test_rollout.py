@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import testinfra
-from conftest import PROJECT, read_lock
+from conftest import PROJECT, read_lock, wait_booted
 
 sys.path.insert(0, str(PROJECT / "tests"))
 from gateway_harness import wait_until
@@ -387,19 +387,13 @@ HOLD_TASK = "TASK [gateway : Hold the node in maint at every gateway until it is
 BOOTED = "booted since it was admitted"
 
 
-def wait_running(name: str, timeout: float = 180) -> None:
-    """Until the node's systemd has booted (running, or degraded by a unit the test ignores)."""
-    wait_for(lambda: node(name).run("systemctl is-system-running").stdout.strip()
-             in {"running", "degraded"}, timeout)
-
-
 def test_a_node_that_reboots_stays_out_until_its_gate_and_burn_in(run_playbook):
     """An unplanned reboot (a real restart of fleet-a's container: /run is a tmpfs): the enabled
     unit brings the server back and HAProxy's health check finds it, but the agent answers maint
     until a rollout gates and burns the node in; that rollout readmits it under load."""
     subprocess.run(["docker", "restart", "fleet-a"], check=True, timeout=240,
                    capture_output=True)
-    wait_running("fleet-a")
+    wait_booted(node("fleet-a"))
     assert wait_for(lambda: node("fleet-a").run(
         f"curl -fsS -m 2 {KEY_HEADER} http://127.0.0.1:8000/health").rc == 0, timeout=300)
     servers = wait_for_servers(lambda rows: BOOTED in rows["fleet-a"]["last_agt"], timeout=30)
