@@ -4,9 +4,11 @@
 unchanged and writes it to LOG with the time it arrived (seconds since the epoch, then a
 space). Given such a log this prints, as markdown:
 
-- the phases: bootstrap, ruff, ansible-lint, the syntax check, each pytest folder (fuzz,
-  integration, roles, unit) and each molecule scenario's steps (create, prepare, converge,
-  idempotence, verify, destroy, from molecule's own "Executing"/"Executed" lines);
+- the phases: bootstrap, ruff, ansible-lint, the syntax check, the quick tests and the
+  scenarios (or one pytest run), each pytest folder (fuzz, integration, roles, unit: from its
+  per-file lines, or summed from `--durations=0` when the tests ran on several workers) and each
+  molecule scenario's steps (create, prepare, converge, idempotence, verify, destroy, from
+  molecule's own "Executing"/"Executed" lines);
 - the slowest tests inside each scenario's verify (testinfra's verbose lines, timed from one
   to the next), and pytest's own `--durations` lines where the log has them;
 - the slowest Ansible tasks where the log holds `profile_tasks` summaries.
@@ -16,6 +18,7 @@ A log without time stamps (CI's plain output) still gives the `--durations` and 
     python benchmarks/ci_profile.py results/ci/test.log           # the tables
     python benchmarks/ci_profile.py --json results/ci/test.log    # the same as JSON
     CMD 2>&1 | python benchmarks/ci_profile.py --tee LOG          # what scripts/test.sh does
+    python benchmarks/ci_profile.py --counts results/ci/test.log  # every pytest run's tests, summed
 
 Standard library only: it runs before the project's venv exists.
 """
@@ -33,7 +36,8 @@ from pathlib import Path
 
 STAMP = re.compile(r"^(\d{9,11}\.\d+) (.*)$")
 # scripts/test.sh's own headers, and bootstrap's prefix.
-HEADER = re.compile(r"^== (ruff|ansible-lint|ansible-playbook --syntax-check|pytest)")
+HEADER = re.compile(
+    r"^== (ruff|ansible-lint|ansible-playbook --syntax-check|pytest quick|pytest molecule|pytest)")
 BOOTSTRAP = "[bootstrap]"
 # molecule >= 25: "INFO     [default > converge] Executing" / "... Executed: Successful".
 MOLECULE_STEP = re.compile(r"^\S+\s+\[(?P<scenario>[\w-]+) > (?P<step>[\w-]+)\] "
@@ -53,6 +57,9 @@ OUTCOME = re.compile(r"(^|\s)(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)(\s+\[\s*\
 DURATION = re.compile(r"^(?P<seconds>\d+\.\d+)s (?P<when>call|setup|teardown)\s+(?P<test>\S+)")
 # profile_tasks' summary: "role : Task name --------- 12.34s".
 TASK = re.compile(r"^(?P<task>.+?) -{3,} (?P<seconds>\d+\.\d+)s$")
+# pytest's closing line of a run (not a scenario's inner one, which carries its prefix).
+SUMMARY = re.compile(r"^=+ (?P<counts>.*(passed|failed|error|no tests ran).*) in [\d.]+s")
+COUNT = re.compile(r"(?P<n>\d+) (?P<what>passed|failed|errors?|skipped)\b")
 
 
 @dataclass
@@ -123,8 +130,9 @@ def parse(text: str) -> Profile:
         if (match := HEADER.match(line)) is not None:
             close_phase(stamp)
             phase, phase_started = match[1], stamp
-            if match[1] == "pytest":
-                phase, pytest_started, pytest_mark = None, stamp, stamp
+            if match[1].startswith("pytest"):
+                pytest_started = stamp if pytest_started is None else pytest_started
+                pytest_mark = stamp
             continue
         if (match := MOLECULE_STEP.search(text_line)) is not None:
             scenario = scenario or match["scenario"]
@@ -150,8 +158,15 @@ def parse(text: str) -> Profile:
     for scenario, started in run_started.items():
         if scenario in run_last:
             prof.add(f"molecule {scenario}, all steps", run_last[scenario] - started)
-    if pytest_started is not None and last is not None:
-        prof.add("pytest", last - pytest_started, inner=False)
+    if last is not None:
+        close_phase(last)
+    if not any(name.startswith("pytest ") for name in prof.inner):
+        # Quick tests spread over workers print no per-file lines: each folder's test time,
+        # summed over its tests (--durations=0), stands in for it.
+        for test, _when, seconds in prof.durations:
+            parts = test.split("/")
+            if len(parts) > 2 and parts[0] == "tests" and parts[1] != "molecule":
+                prof.add(f"pytest {parts[1]} (test time, all workers)", seconds)
     if first is not None and last is not None:
         prof.total = last - first
     return prof
@@ -175,7 +190,8 @@ def render(prof: Profile, top: int = 15) -> str:
         out.append("(no time stamps on the log's own lines: phase table skipped; see --tee)")
     if prof.inner:
         out += ["", "Inside pytest (the two molecule scenarios run side by side, after the other "
-                "tests, so their rows overlap):", "",
+                "tests, so their rows overlap; a folder's test time spread over workers is "
+                "more than the wall time it took):", "",
                 "| part | seconds |", "|---|---:|"]
         out += [f"| {name} | {_fmt(seconds)} |" for name, seconds in prof.inner.items()]
     if prof.verify_tests:
@@ -196,6 +212,18 @@ def render(prof: Profile, top: int = 15) -> str:
     return "\n".join(out)
 
 
+def counts(text: str) -> dict[str, int]:
+    """The tests of every pytest run in the log, summed: passed, failed (errors too), skipped."""
+    total = {"passed": 0, "failed": 0, "skipped": 0}
+    for _stamp, line in _lines(text):
+        if (match := SUMMARY.match(line.strip())) is None:
+            continue
+        for count in COUNT.finditer(match["counts"]):
+            what = "failed" if count["what"].startswith("error") else count["what"]
+            total[what] += int(count["n"])
+    return total
+
+
 def tee(log: Path) -> int:
     """Copy stdin to stdout unchanged and to LOG with arrival times; line by line."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -214,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tee", type=Path, metavar="LOG",
                         help="copy stdin to stdout, and to LOG with time stamps")
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
+    parser.add_argument("--counts", action="store_true",
+                        help="print only the tests of every pytest run in LOG, summed")
     parser.add_argument("--top", type=int, default=15, help="rows in the per-test tables")
     args = parser.parse_args(argv)
     if args.tee:
@@ -225,6 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:
         print(f"ci_profile: cannot read {args.log}: {err.strerror}", file=sys.stderr)
         return 2
+    if args.counts:
+        total = counts(text)
+        skipped = f", {total['skipped']} skipped" if total["skipped"] else ""
+        print(f"total: {total['passed']} passed, {total['failed']} failed{skipped}")
+        return 0
     prof = parse(text)
     if args.json:
         print(json.dumps({"total": prof.total, "phases": prof.phases, "inner": prof.inner,

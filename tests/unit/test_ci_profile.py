@@ -92,3 +92,38 @@ def test_an_unreadable_log_is_one_line_and_exit_2(tmp_path):
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2
     assert done.stderr.startswith("ci_profile: cannot read ") and done.stderr.count("\n") == 1
+
+
+# scripts/test.sh on CI: the quick tests on two workers (no per-file lines; every test's
+# duration), then the scenarios in a pytest run of their own.
+SPLIT = "\n".join([
+    f"{T0:.1f} == ruff",
+    f"{T0 + 1:.1f} == pytest quick (unit, integration, roles, fuzz: 2 workers)",
+    f"{T0 + 2:.1f} created: 2/2 workers",
+    f"{T0 + 200:.1f} 30.00s call     tests/integration/test_a.py::test_one",
+    f"{T0 + 200:.1f} 20.00s call     tests/integration/test_a.py::test_two",
+    f"{T0 + 200:.1f} 0.50s setup    tests/unit/test_b.py::test_three",
+    f"{T0 + 200:.1f} ===== 3 passed, 1 skipped, 2 deselected in 199.00s (0:03:19) =====",
+    f"{T0 + 201:.1f} == pytest molecule (the scenarios, side by side)",
+    f"{T0 + 900:.1f} [fleet +1.0s] ===== 15 passed in 600.00s =====",
+    f"{T0 + 901:.1f} ===== 1 failed, 1 passed, 1 error, 4 deselected in 700.00s (0:11:40) =====",
+])
+
+
+def test_the_quick_tests_and_the_scenarios_are_phases_of_their_own():
+    prof = ci_profile.parse(SPLIT)
+    assert prof.phases["pytest quick"] == 200
+    assert prof.phases["pytest molecule"] == 700
+    assert sum(prof.phases.values()) == prof.total == 901
+    # No per-file lines: each folder's test time, summed from the durations.
+    assert prof.inner["pytest integration (test time, all workers)"] == 50
+    assert prof.inner["pytest unit (test time, all workers)"] == 0.5
+
+
+def test_counts_sum_every_pytest_run_but_not_a_scenarios_inner_one(tmp_path):
+    assert ci_profile.counts(SPLIT) == {"passed": 4, "failed": 2, "skipped": 1}
+    log = tmp_path / "ci.log"
+    log.write_text(SPLIT)
+    out = subprocess.run([sys.executable, str(SCRIPT), "--counts", str(log)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "total: 4 passed, 2 failed, 1 skipped\n"

@@ -252,13 +252,23 @@ def test_broken_upgrade_rolls_the_canary_back_and_never_touches_b(run_playbook):
     assert_streams_whole(outcomes)
 
 
-def test_good_upgrade_drains_each_node_and_no_stream_fails(run_playbook):
+FLEET_KEY = EPHEMERAL / "secrets" / "engine-api-key"  # onecat_fleet_key_file (group_vars)
+
+
+def test_good_upgrade_with_a_key_rotation_drains_each_node_once_and_no_stream_fails(
+        run_playbook):
+    """A good upgrade that also rotates the fleet key (-e onecat_fleet_key_rotate=true; one
+    rollout proves both, each node restarting once): each node restarts (drained) with the new
+    image, accepting the old key and a new one while the gateway still sends the old one; the
+    gateway then sends the new key. The next test's rollout retires the old key."""
     lock_before = read_lock()
+    old = FLEET_KEY.read_text().strip()
     results = str(EPHEMERAL / "results" / "good-upgrade")
     run, outcomes, before, during = under_load(
         run_playbook, "-e", GOOD_ENV, "-e", "vllm_serve_upgrade=true",
-        "-e", f"onecat_results_dir={results}")
-    print(f"\ngood upgrade, canary then batch, drained at the gateway: {run.seconds:.0f} s")
+        "-e", "onecat_fleet_key_rotate=true", "-e", f"onecat_results_dir={results}")
+    print(f"\ngood upgrade and key rotation, canary then batch, drained at the gateway: "
+          f"{run.seconds:.0f} s")
     report_load("good upgrade", outcomes, before, during)
     assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
     rows = rollout("good-upgrade")
@@ -277,15 +287,61 @@ def test_good_upgrade_drains_each_node_and_no_stream_fails(run_playbook):
     summary = {"before": ttft_ms(before), "during": ttft_ms(during), "requests": len(outcomes),
                "failed": len(failed(outcomes)), "seconds": round(run.seconds)}
     (Path(results) / "gateway-load.json").write_text(json.dumps(summary, indent=2))
+    # The rotation: the old key kept as the retiring key; both keys open every serving node;
+    # the gateway sends the new one (and recorded so); neither key is in the run's output.
+    new = FLEET_KEY.read_text().strip()
+    retiring = Path(f"{FLEET_KEY}.retiring")
+    kept = retiring.read_text().strip() if retiring.exists() else ""
+    assert new != old and kept == old, "the old key was not kept as the retiring key"
+    sent = Path(f"{FLEET_KEY}.sent").read_text().strip()
+    assert sent == "sha256:" + hashlib.sha256(new.encode()).hexdigest(), sent
+    accepted = {(name, key): engine_status(name, key)
+                for name in ("fleet-a", "fleet-b") for key in (old, new)}
+    assert all(status == 200 for status in accepted.values()), accepted
+    config = node("fleet-b").check_output("cat /etc/haproxy/haproxy.cfg")
+    assert f"Bearer {new}" in config and f"Bearer {old}" not in config
+    assert old not in run.output and new not in run.output
+    ROTATION.update(old=old, new=new)
 
 
-FLEET_KEY = EPHEMERAL / "secrets" / "engine-api-key"  # onecat_fleet_key_file (group_vars)
+# The fleet key the good upgrade rotated: the old and the new key, for the retiring rollout.
+ROTATION: dict[str, str] = {}
 
 
 def engine_status(name: str, key: str, path: str = "/v1/models") -> int:
     """HTTP status of the node's own server for `path` with `key` (asked on the node)."""
     port = 8001 if name == "fleet-b" else 8000
     return http_status(node(name), f"http://127.0.0.1:{port}{path}", key)
+
+
+def test_the_next_rollout_retires_the_old_key_with_no_failed_request(run_playbook):
+    """The rollout after the rotation (the good upgrade's) drops the retiring key: each node
+    restarts (drained) with the new key alone while clients stream through the gateway."""
+    assert ROTATION, "the good upgrade's key rotation did not run (run the tests in order)"
+    old, new = ROTATION["old"], ROTATION["new"]
+    retiring = Path(f"{FLEET_KEY}.retiring")
+    load = start_load(max_seconds=1500)
+    try:
+        time.sleep(5)
+        retired = run_playbook(SITE, "-e", GOOD_ENV,
+                               "-e", f"onecat_results_dir={EPHEMERAL / 'results' / 'retire'}")
+        time.sleep(3)
+    finally:
+        outcomes = load.stop()
+    print(f"\nfleet key retired in {retired.seconds:.0f} s: "
+          f"{len(outcomes)} streamed requests, {len(failed(outcomes))} failed")
+    # After the next rollout: the old key is refused everywhere, the new one still opens.
+    assert retired.rc == 2, retired.output[-4000:]  # fleet-c is still held out
+    assert "the previous key is retired" in " ".join(retired.output.split())
+    assert not retiring.exists() and old not in retired.output and new not in retired.output
+    assert retired.output.count(DRAIN_TASK) == 2, retired.output[-4000:]
+    for name in ("fleet-a", "fleet-b"):
+        assert engine_status(name, old) == 401 and engine_status(name, old, "/health") == 401
+        assert engine_status(name, new) == 200
+        assert "ONECAT_RETIRING_API_KEYS" not in node(name).check_output(
+            "cat /etc/onecat/vllm.env")
+    assert len(outcomes) >= 40, len(outcomes)
+    assert_streams_whole(outcomes)
 
 
 # A host firewall the stages do not manage: raw nftables in fleet-a's own network namespace
@@ -332,53 +388,6 @@ def test_a_node_firewall_that_drops_the_agent_fails_the_gateway_stage_naming_it(
     heard = wait_for_servers(lambda rows: agent_status(rows["fleet-a"]) == "L7OK", timeout=30)
     assert agent_status(heard["fleet-a"]) == "L7OK", heard["fleet-a"]
     assert stream_completion(gateway_url(), MODEL, max_tokens=4, key=client_key()).status == 200
-
-
-def test_the_fleet_key_rotates_and_retires_with_no_failed_request(run_playbook):
-    """-e onecat_fleet_key_rotate=true: each node restarts (drained) accepting the old key and
-    a new one while the gateway still sends the old one; the gateway then sends the new key;
-    the next rollout retires the old key from every node. Clients stream throughout."""
-    old = FLEET_KEY.read_text().strip()
-    load = start_load(max_seconds=1500)
-    try:
-        time.sleep(5)
-        rotated = run_playbook(SITE, "-e", GOOD_ENV, "-e", "onecat_fleet_key_rotate=true",
-                               "-e", f"onecat_results_dir={EPHEMERAL / 'results' / 'rotate'}")
-        new = FLEET_KEY.read_text().strip()
-        retiring = Path(f"{FLEET_KEY}.retiring")
-        kept = retiring.read_text().strip() if retiring.exists() else ""
-        sent = Path(f"{FLEET_KEY}.sent").read_text().strip()
-        accepted = {(name, key): engine_status(name, key)
-                    for name in ("fleet-a", "fleet-b") for key in (old, new)}
-        config = node("fleet-b").check_output("cat /etc/haproxy/haproxy.cfg")
-        retired = run_playbook(SITE, "-e", GOOD_ENV,
-                               "-e", f"onecat_results_dir={EPHEMERAL / 'results' / 'retire'}")
-        time.sleep(3)
-    finally:
-        outcomes = load.stop()
-    print(f"\nfleet key rotated in {rotated.seconds:.0f} s, retired in {retired.seconds:.0f} s: "
-          f"{len(outcomes)} streamed requests, {len(failed(outcomes))} failed")
-    assert rotated.rc == 2, rotated.output[-4000:]  # fleet-c is still held out
-    assert new != old and kept == old, "the old key was not kept as the retiring key"
-    assert sent == "sha256:" + hashlib.sha256(new.encode()).hexdigest(), sent
-    # After the rotation: both keys open every serving node, the gateway sends the new one
-    # (and recorded so), and neither key is in the output of the run.
-    assert all(status == 200 for status in accepted.values()), accepted
-    assert f"Bearer {new}" in config and f"Bearer {old}" not in config
-    assert old not in rotated.output and new not in rotated.output
-    assert rotated.output.count(DRAIN_TASK) == 2, rotated.output[-4000:]
-    # After the next rollout: the old key is refused everywhere, the new one still opens.
-    assert retired.rc == 2, retired.output[-4000:]
-    assert "the previous key is retired" in " ".join(retired.output.split())
-    assert not retiring.exists() and old not in retired.output and new not in retired.output
-    assert retired.output.count(DRAIN_TASK) == 2, retired.output[-4000:]
-    for name in ("fleet-a", "fleet-b"):
-        assert engine_status(name, old) == 401 and engine_status(name, old, "/health") == 401
-        assert engine_status(name, new) == 200
-        assert "ONECAT_RETIRING_API_KEYS" not in node(name).check_output(
-            "cat /etc/onecat/vllm.env")
-    assert len(outcomes) >= 40, len(outcomes)
-    assert_streams_whole(outcomes)
 
 
 # The hold the driver and runtime stages take before a reboot or a Docker restart
