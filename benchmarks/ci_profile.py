@@ -18,7 +18,7 @@ A log without time stamps (CI's plain output) still gives the `--durations` and 
     python benchmarks/ci_profile.py results/ci/test.log           # the tables
     python benchmarks/ci_profile.py --json results/ci/test.log    # the same as JSON
     CMD 2>&1 | python benchmarks/ci_profile.py --tee LOG          # what scripts/test.sh does
-    python benchmarks/ci_profile.py --counts results/ci/test.log  # every pytest run's tests, summed
+    python benchmarks/ci_profile.py --counts results/ci/test.log  # closing lines, and their sum
 
 Standard library only: it runs before the project's venv exists.
 """
@@ -212,12 +212,17 @@ def render(prof: Profile, top: int = 15) -> str:
     return "\n".join(out)
 
 
+def summaries(text: str) -> list[str]:
+    """The closing line of every pytest run in the log (not a scenario's inner one)."""
+    return [line.strip() for _stamp, line in _lines(text) if SUMMARY.match(line.strip())]
+
+
 def counts(text: str) -> dict[str, int]:
     """The tests of every pytest run in the log, summed: passed, failed (errors too), skipped."""
     total = {"passed": 0, "failed": 0, "skipped": 0}
-    for _stamp, line in _lines(text):
-        if (match := SUMMARY.match(line.strip())) is None:
-            continue
+    for line in summaries(text):
+        match = SUMMARY.match(line)
+        assert match is not None
         for count in COUNT.finditer(match["counts"]):
             what = "failed" if count["what"].startswith("error") else count["what"]
             total[what] += int(count["n"])
@@ -243,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="copy stdin to stdout, and to LOG with time stamps")
     parser.add_argument("--json", action="store_true", help="print the profile as JSON")
     parser.add_argument("--counts", action="store_true",
-                        help="print only the tests of every pytest run in LOG, summed")
+                        help="print only each pytest run's closing line in LOG, then their sum")
     parser.add_argument("--top", type=int, default=15, help="rows in the per-test tables")
     args = parser.parse_args(argv)
     if args.tee:
@@ -256,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ci_profile: cannot read {args.log}: {err.strerror}", file=sys.stderr)
         return 2
     if args.counts:
+        for line in summaries(text):
+            print(line)
         total = counts(text)
         skipped = f", {total['skipped']} skipped" if total["skipped"] else ""
         print(f"total: {total['passed']} passed, {total['failed']} failed{skipped}")

@@ -126,4 +126,7 @@ def test_counts_sum_every_pytest_run_but_not_a_scenarios_inner_one(tmp_path):
     log.write_text(SPLIT)
     out = subprocess.run([sys.executable, str(SCRIPT), "--counts", str(log)],
                          capture_output=True, text=True, check=True).stdout
-    assert out == "total: 4 passed, 2 failed, 1 skipped\n"
+    assert out.splitlines() == [
+        "===== 3 passed, 1 skipped, 2 deselected in 199.00s (0:03:19) =====",
+        "===== 1 failed, 1 passed, 1 error, 4 deselected in 700.00s (0:11:40) =====",
+        "total: 4 passed, 2 failed, 1 skipped"]
