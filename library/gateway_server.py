@@ -80,6 +80,17 @@ waited:
   description: Seconds spent waiting for the server to become idle.
   returned: always
   type: float
+rotation:
+  description: Each server of the back end and its status (UP, DRAIN, MAINT, DOWN ...), before
+    any change, when present.
+  returned: always
+  type: dict
+  sample: {"fleet-a": "MAINT", "fleet-b": "UP"}
+last_in_rotation:
+  description: Whether the server takes requests and no other server of the back end does,
+    before any change (taking it out then leaves every client without a server).
+  returned: always
+  type: bool
 msg:
   description: What happened.
   returned: always
@@ -90,7 +101,13 @@ import os
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.onecat.gateway.runtime import Runtime, RuntimeApiError
+from ansible.module_utils.onecat.gateway.runtime import (
+    Runtime,
+    RuntimeApiError,
+    last_in_rotation,
+    rotation,
+    server_status,
+)
 
 
 def main() -> None:
@@ -109,7 +126,8 @@ def main() -> None:
     )
     p = module.params
     gateway = platform.node() or "the gateway"
-    result = {"present": False, "previous": "", "admin": "", "sessions": 0, "waited": 0.0}
+    result = {"present": False, "previous": "", "admin": "", "sessions": 0, "waited": 0.0,
+              "rotation": {}, "last_in_rotation": False}
     if p["socket"].startswith("/") and not os.path.exists(p["socket"]):
         module.exit_json(changed=False, msg=f"{gateway}: no gateway runs here yet "
                                             f"({p['socket']} is absent): nothing to do", **result)
@@ -118,13 +136,15 @@ def main() -> None:
         not master.startswith("/") or os.path.exists(master)) else None)
     where = f"{gateway}: {p['backend']}/{p['server']}"
     try:
-        status = runtime.status(p["backend"], p["server"])
+        rows = runtime.stat()
+        status = server_status(rows, p["backend"], p["server"])
         if status is None:
             module.exit_json(changed=False, msg=f"{where} is not in the gateway's back end "
                                                 "(it never passed a gate): nothing to do",
                              **result)
         result.update(present=True, previous=status.admin, admin=status.admin,
-                      sessions=status.sessions)
+                      sessions=status.sessions, rotation=rotation(rows, p["backend"]),
+                      last_in_rotation=last_in_rotation(rows, p["backend"], p["server"]))
         state = p["state"]
         changed = state != "query" and status.admin != state
         if changed and not module.check_mode:

@@ -156,6 +156,27 @@ def servers(rows: list[dict[str, str]], backend: str) -> list[ServerStatus]:
     return [s for s in (server_status(rows, backend, n) for n in names) if s]
 
 
+def in_rotation(status: str) -> bool:
+    """Whether HAProxy sends the server new requests: UP (also "UP 1/3", a server failing its
+    checks but not down yet) or "no check". DRAIN, MAINT, DOWN and NOLB take none."""
+    status = status.strip().upper()
+    return status.startswith("UP") or status == "NO CHECK"
+
+
+def rotation(rows: list[dict[str, str]], backend: str) -> dict[str, str]:
+    """Each server of the back end and its status column, in the configuration's order."""
+    return {s.server: s.status for s in servers(rows, backend)}
+
+
+def last_in_rotation(rows: list[dict[str, str]], backend: str, server: str) -> bool:
+    """The server takes requests and no other server of the back end does: taking it out
+    leaves the back end with no server (HAProxy answers 503 to every client)."""
+    states = rotation(rows, backend)
+    return (server in states and in_rotation(states[server])
+            and not any(in_rotation(status) for name, status in states.items()
+                        if name != server))
+
+
 def _int(value: str | None) -> int:
     try:
         return int(value or 0)

@@ -338,6 +338,34 @@ def test_a_drain_waits_for_the_streams_old_workers_keep_after_a_reload(tmp_path:
     assert not failed(outcomes) and not truncated(outcomes, 200)
 
 
+def test_the_module_names_the_last_node_in_rotation(tmp_path: Path, engines) -> None:
+    # What the driver and runtime stages read before a reboot or a Docker restart
+    # (roles/gateway/tasks/hold.yml): with node-a in maint and node-b draining, node-c is the
+    # last server HAProxy sends requests to, and taking it out would answer every client 503.
+    variables = gateway_vars(tmp_path, engines)
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all_up(runtime, 3))
+        runtime.set_state("onecat_nodes", "node-a", "maint")
+        runtime.set_state("onecat_nodes", "node-b", "drain")
+        query = {"socket": gw.socket, "master_socket": gw.master, "state": "query"}
+        last = run_module("gateway_server", {**query, "server": "node-c"})
+        assert last["last_in_rotation"] is True, last
+        assert last["rotation"] == {"node-a": "MAINT", "node-b": "DRAIN", "node-c": "UP"}, last
+        assert last["changed"] is False and last["admin"] == "ready"
+        assert run_module("gateway_server", {**query, "server": "node-b"})[
+            "last_in_rotation"] is False
+        runtime.set_state("onecat_nodes", "node-b", "ready")
+        assert run_module("gateway_server", {**query, "server": "node-c"})[
+            "last_in_rotation"] is False
+        # A stopped engine: HAProxy's health check takes node-b down, node-c is the last again.
+        engines[1].stop()
+        assert wait_until(lambda: runtime.status("onecat_nodes", "node-b").status
+                          .startswith("DOWN"), timeout=20), runtime.stat()
+        assert run_module("gateway_server", {**query, "server": "node-c"})[
+            "last_in_rotation"] is True
+
+
 def test_a_reload_keeps_drain_and_maint_and_the_config_still_wins(tmp_path: Path,
                                                                     engines) -> None:
     # Without server-state-file a reload forgets every state set through the runtime API:

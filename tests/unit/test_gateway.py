@@ -11,8 +11,11 @@ from onecat.gateway.runtime import (
     Runtime,
     RuntimeApiError,
     admin_state,
+    in_rotation,
+    last_in_rotation,
     old_workers,
     parse_stat,
+    rotation,
 )
 
 SERVING = {"serving": True, "in_rotation": True, "address": "10.0.0.11", "port": 8000,
@@ -125,6 +128,39 @@ def test_stat_parsing_and_admin_state() -> None:
     assert admin_state(rows[1]) == "ready"
     with pytest.raises(RuntimeApiError):
         parse_stat("Unknown command\n")
+
+
+def _rows(**statuses: str) -> list[dict[str, str]]:
+    return ([{"pxname": "onecat_nodes", "svname": "FRONTEND", "status": "OPEN"}]
+            + [{"pxname": "onecat_nodes", "svname": name.replace("_", "-"), "status": status}
+               for name, status in statuses.items()]
+            + [{"pxname": "onecat_nodes", "svname": "BACKEND", "status": "UP"},
+               {"pxname": "onecat_keyless", "svname": "fleet-a", "status": "UP"}])
+
+
+@pytest.mark.parametrize(("status", "taking"), [
+    ("UP", True), ("UP 1/3", True), ("no check", True), ("DOWN", False), ("DOWN 1/2", False),
+    ("DRAIN", False), ("DRAIN (agent)", False), ("MAINT", False), ("MAINT (via x/y)", False),
+    ("MAINT (resolution)", False), ("NOLB", False), ("", False)])
+def test_in_rotation_follows_haproxys_status_column(status: str, taking: bool) -> None:
+    assert in_rotation(status) is taking
+
+
+def test_the_last_node_in_rotation_is_the_one_whose_peers_all_take_nothing() -> None:
+    # fleet-a rebooted and waits for its burn-in (its agent answers maint), fleet-c is held
+    # by its health, fleet-d fails its checks: fleet-b alone takes requests.
+    rows = _rows(fleet_a="MAINT", fleet_b="UP", fleet_c="MAINT", fleet_d="DOWN")
+    assert rotation(rows, "onecat_nodes") == {
+        "fleet-a": "MAINT", "fleet-b": "UP", "fleet-c": "MAINT", "fleet-d": "DOWN"}
+    assert last_in_rotation(rows, "onecat_nodes", "fleet-b")
+    # A node that takes nothing is never "the last": taking it out changes nothing for clients.
+    assert not last_in_rotation(rows, "onecat_nodes", "fleet-a")
+    assert not last_in_rotation(rows, "onecat_nodes", "no-such-node")
+    # The other back end's row of the same name does not count as a peer.
+    assert not last_in_rotation(_rows(fleet_a="UP 1/3", fleet_b="UP"), "onecat_nodes", "fleet-b")
+    assert not last_in_rotation(_rows(fleet_a="no check", fleet_b="UP"), "onecat_nodes",
+                                "fleet-b")
+    assert last_in_rotation(_rows(fleet_b="UP"), "onecat_nodes", "fleet-b")
 
 
 def test_wait_idle_polls_until_no_session() -> None:

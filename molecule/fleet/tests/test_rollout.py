@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -396,10 +397,24 @@ HOLD_TASK = "TASK [gateway : Hold the node in maint at every gateway until it is
 BOOTED = "booted since it was admitted"
 
 
+DOCKER_STARTED = "systemctl show docker -p ExecMainStartTimestampMonotonic"
+# daemon.json without live-restore, as a hand edit leaves it: the runtime stage puts it back
+# and restarts Docker, and with it the node's server (vllm.service Requires= docker.service).
+DROP_LIVE_RESTORE = ("python3 -c \"import json; p='/etc/docker/daemon.json'; "
+                     "d=json.load(open(p)); d.pop('live-restore', None); "
+                     "json.dump(d, open(p, 'w'), indent=2)\"")
+
+
 def test_a_node_that_reboots_stays_out_until_its_gate_and_burn_in(run_playbook):
     """An unplanned reboot (a real restart of fleet-a's container: /run is a tmpfs): the enabled
     unit brings the server back and HAProxy's health check finds it, but the agent answers maint
-    until a rollout gates and burns the node in; that rollout readmits it under load."""
+    until a rollout gates and burns the node in; that rollout readmits it under load.
+    The same rollout finds a Docker restart due on fleet-b (its daemon.json lost live-restore),
+    the last node in rotation while fleet-a is out: fleet-b is not taken out, it keeps serving
+    and is held out of the run with the reason; no client request fails."""
+    b = node("fleet-b")
+    b_started = b.check_output(DOCKER_STARTED)
+    b.check_output(DROP_LIVE_RESTORE)
     subprocess.run(["docker", "restart", "fleet-a"], check=True, timeout=240,
                    capture_output=True)
     wait_booted(node("fleet-a"))
@@ -412,46 +427,60 @@ def test_a_node_that_reboots_stays_out_until_its_gate_and_burn_in(run_playbook):
 
     results = str(EPHEMERAL / "results" / "after-reboot")
     run, outcomes, before, during = under_load(
-        run_playbook, "-e", GOOD_ENV, "-e", f"onecat_results_dir={results}")
-    print(f"\nrollout after fleet-a rebooted: {run.seconds:.0f} s")
+        run_playbook, "-e", GOOD_ENV, "-e", "onecat_driver_batch=1",
+        "-e", f"onecat_results_dir={results}")
+    print(f"\nrollout after fleet-a rebooted, a Docker restart due on fleet-b: {run.seconds:.0f} s")
     report_load("after an unplanned reboot", outcomes, before, during)
-    assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
+    assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out, fleet-b too
     flat = " ".join(run.output.split())
     assert "fleet-a: burn-in: it booted since it was admitted" in flat, run.output[-4000:]
     servers = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"))
     assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
     assert node("fleet-a").file("/run/onecat-gateway/admitted").exists
     assert rollout("after-reboot")["fleet-a"]["in_rotation"]
+    # fleet-b: refused before anything was done to it, so its Docker and daemon.json are as
+    # they were, it never left the rotation, and the next run restarts Docker (next test).
+    refused = re.search(r"fleet-b is held out of the rollout: fleet-b is the last node in "
+                        r"rotation at gateway fleet-b \(([^)]*)\): taking it out \(for: the "
+                        r"runtime stage restarts Docker, and its server with it\) would leave "
+                        r"every client without a server\.", flat)
+    assert refused, run.output[-4000:]
+    assert "fleet-a MAINT" in refused.group(1) and "fleet-b UP" in refused.group(1), refused[0]
+    assert HOLD_TASK not in run.output, run.output[-4000:]
+    assert b.check_output(DOCKER_STARTED) == b_started
+    assert "live-restore" not in b.file("/etc/docker/daemon.json").content_string
+    assert servers["fleet-b"]["status"].startswith("UP"), servers["fleet-b"]
+    assert len(during) >= 20, len(during)
     assert_streams_whole(outcomes)
 
 
 def test_a_docker_restart_takes_the_node_out_first_and_no_stream_fails(run_playbook):
-    """The runtime stage restarts Docker on fleet-a (its daemon.json lost live-restore by hand),
-    which restarts the server (vllm.service Requires= docker.service): the node is drained and
-    held at the gateway first, then gated, burned in and readmitted in the same batch."""
-    a = node("fleet-a")
-    started = a.check_output("systemctl show docker -p ExecMainStartTimestampMonotonic")
-    a.check_output("python3 -c \"import json; p='/etc/docker/daemon.json'; "
-                   "d=json.load(open(p)); d.pop('live-restore'); "
-                   "json.dump(d, open(p, 'w'), indent=2)\"")
+    """The Docker restart refused above, now that fleet-a serves again: the runtime stage
+    restarts Docker on fleet-b (the gateway's host too; HAProxy is a host service), which
+    restarts its server: the node is drained and held at the gateway first, then gated, burned
+    in and readmitted in the same batch."""
+    b = node("fleet-b")
+    started = b.check_output(DOCKER_STARTED)
+    b.check_output(DROP_LIVE_RESTORE)  # already so: kept for a run of this test alone
     results = str(EPHEMERAL / "results" / "docker-restart")
     run, outcomes, before, during = under_load(
         run_playbook, "-e", GOOD_ENV, "-e", "onecat_driver_batch=1",
         "-e", f"onecat_results_dir={results}")
-    print(f"\nrollout restarting Docker on fleet-a: {run.seconds:.0f} s")
+    print(f"\nrollout restarting Docker on fleet-b: {run.seconds:.0f} s")
     report_load("Docker restart", outcomes, before, during)
     assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
     flat = " ".join(run.output.split())
-    assert a.check_output("systemctl show docker -p ExecMainStartTimestampMonotonic") != started
-    assert '"live-restore": true' in a.file("/etc/docker/daemon.json").content_string
-    # Held once, on fleet-a only, then burned in because of the restart.
+    assert b.check_output(DOCKER_STARTED) != started
+    assert '"live-restore": true' in b.file("/etc/docker/daemon.json").content_string
+    # Held once, on fleet-b only, then burned in because of the restart.
     assert run.output.count(HOLD_TASK) == 1, run.output[-4000:]
-    assert ("fleet-a: out of rotation at every gateway for: the runtime stage restarts Docker"
+    assert ("fleet-b: out of rotation at every gateway for: the runtime stage restarts Docker"
             in flat), run.output[-4000:]
-    assert "fleet-a: burn-in: the runtime stage restarts Docker" in flat, run.output[-4000:]
+    assert "fleet-b: burn-in: the runtime stage restarts Docker" in flat, run.output[-4000:]
     servers = wait_for_servers(lambda rows: all(r["status"].startswith("UP")
                                                 for n, r in rows.items() if n != "fleet-c"))
-    assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
+    assert servers["fleet-b"]["status"].startswith("UP"), servers["fleet-b"]
+    assert rollout("docker-restart")["fleet-b"]["in_rotation"]
     assert len(during) >= 20, len(during)
     assert_streams_whole(outcomes)
 
