@@ -142,9 +142,10 @@ def main() -> None:
             module.exit_json(changed=False, msg=f"{where} is not in the gateway's back end "
                                                 "(it never passed a gate): nothing to do",
                              **result)
+        states = rotation(rows, p["backend"])
         result.update(present=True, previous=status.admin, admin=status.admin,
-                      sessions=status.sessions, rotation=rotation(rows, p["backend"]),
-                      last_in_rotation=last_in_rotation(rows, p["backend"], p["server"]))
+                      sessions=status.sessions, rotation=states,
+                      last_in_rotation=last_in_rotation(states, p["server"]))
         state = p["state"]
         changed = state != "query" and status.admin != state
         if changed and not module.check_mode:

@@ -168,10 +168,9 @@ def rotation(rows: list[dict[str, str]], backend: str) -> dict[str, str]:
     return {s.server: s.status for s in servers(rows, backend)}
 
 
-def last_in_rotation(rows: list[dict[str, str]], backend: str, server: str) -> bool:
-    """The server takes requests and no other server of the back end does: taking it out
-    leaves the back end with no server (HAProxy answers 503 to every client)."""
-    states = rotation(rows, backend)
+def last_in_rotation(states: dict[str, str], server: str) -> bool:
+    """Given a back end's `rotation`: the server takes requests and no other server does, so
+    taking it out leaves the back end with no server (HAProxy answers 503 to every client)."""
     return (server in states and in_rotation(states[server])
             and not any(in_rotation(status) for name, status in states.items()
                         if name != server))

@@ -149,18 +149,17 @@ def test_in_rotation_follows_haproxys_status_column(status: str, taking: bool) -
 def test_the_last_node_in_rotation_is_the_one_whose_peers_all_take_nothing() -> None:
     # fleet-a rebooted and waits for its burn-in (its agent answers maint), fleet-c is held
     # by its health, fleet-d fails its checks: fleet-b alone takes requests.
-    rows = _rows(fleet_a="MAINT", fleet_b="UP", fleet_c="MAINT", fleet_d="DOWN")
-    assert rotation(rows, "onecat_nodes") == {
-        "fleet-a": "MAINT", "fleet-b": "UP", "fleet-c": "MAINT", "fleet-d": "DOWN"}
-    assert last_in_rotation(rows, "onecat_nodes", "fleet-b")
+    states = rotation(_rows(fleet_a="MAINT", fleet_b="UP", fleet_c="MAINT", fleet_d="DOWN"),
+                      "onecat_nodes")
+    # The other back end's row of the same name is not one of them.
+    assert states == {"fleet-a": "MAINT", "fleet-b": "UP", "fleet-c": "MAINT", "fleet-d": "DOWN"}
+    assert last_in_rotation(states, "fleet-b")
     # A node that takes nothing is never "the last": taking it out changes nothing for clients.
-    assert not last_in_rotation(rows, "onecat_nodes", "fleet-a")
-    assert not last_in_rotation(rows, "onecat_nodes", "no-such-node")
-    # The other back end's row of the same name does not count as a peer.
-    assert not last_in_rotation(_rows(fleet_a="UP 1/3", fleet_b="UP"), "onecat_nodes", "fleet-b")
-    assert not last_in_rotation(_rows(fleet_a="no check", fleet_b="UP"), "onecat_nodes",
-                                "fleet-b")
-    assert last_in_rotation(_rows(fleet_b="UP"), "onecat_nodes", "fleet-b")
+    assert not last_in_rotation(states, "fleet-a")
+    assert not last_in_rotation(states, "no-such-node")
+    assert not last_in_rotation({"fleet-a": "UP 1/3", "fleet-b": "UP"}, "fleet-b")
+    assert not last_in_rotation({"fleet-a": "no check", "fleet-b": "UP"}, "fleet-b")
+    assert last_in_rotation({"fleet-b": "UP"}, "fleet-b")
 
 
 def test_wait_idle_polls_until_no_session() -> None:
