@@ -212,17 +212,20 @@ def render(prof: Profile, top: int = 15) -> str:
     return "\n".join(out)
 
 
+def _summary_matches(text: str) -> list[re.Match[str]]:
+    """The closing line of every pytest run in the log (not a scenario's inner one), matched."""
+    return [match for _stamp, line in _lines(text) if (match := SUMMARY.match(line.strip()))]
+
+
 def summaries(text: str) -> list[str]:
     """The closing line of every pytest run in the log (not a scenario's inner one)."""
-    return [line.strip() for _stamp, line in _lines(text) if SUMMARY.match(line.strip())]
+    return [match.string for match in _summary_matches(text)]
 
 
 def counts(text: str) -> dict[str, int]:
     """The tests of every pytest run in the log, summed: passed, failed (errors too), skipped."""
     total = {"passed": 0, "failed": 0, "skipped": 0}
-    for line in summaries(text):
-        match = SUMMARY.match(line)
-        assert match is not None
+    for match in _summary_matches(text):
         for count in COUNT.finditer(match["counts"]):
             what = "failed" if count["what"].startswith("error") else count["what"]
             total[what] += int(count["n"])
