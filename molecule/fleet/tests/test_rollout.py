@@ -398,6 +398,11 @@ BOOTED = "booted since it was admitted"
 
 
 DOCKER_STARTED = "systemctl show docker -p ExecMainStartTimestampMonotonic"
+# fleet-a takes the kernel-module path (host_vars): the modprobe double's loaded version, and
+# PID 1's start, which changes when the node (a container) booted again.
+LOADED_MODULE = "/run/onecat-test/sys/module/nvidia/version"
+PREVIOUS_MODULE = "535.216.01"
+BOOT_START = "cut -d' ' -f22 /proc/1/stat"
 # daemon.json without live-restore, as a hand edit leaves it: the runtime stage puts it back
 # and restarts Docker, and with it the node's server (vllm.service Requires= docker.service).
 DROP_LIVE_RESTORE = ("python3 -c \"import json; p='/etc/docker/daemon.json'; "
@@ -454,32 +459,53 @@ def test_a_node_that_reboots_stays_out_until_its_gate_and_burn_in(run_playbook):
     assert_streams_whole(outcomes)
 
 
-def test_a_docker_restart_takes_the_node_out_first_and_no_stream_fails(run_playbook):
-    """The Docker restart refused above, now that fleet-a serves again: the runtime stage
-    restarts Docker on fleet-b (the gateway's host too; HAProxy is a host service), which
-    restarts its server: the node is drained and held at the gateway first, then gated, burned
-    in and readmitted in the same batch."""
-    b = node("fleet-b")
+def test_a_rollout_reboots_one_node_and_restarts_docker_on_the_other_with_no_failed_stream(
+        run_playbook):
+    """One rollout with two disruptions under load, one batch at a time: the driver stage
+    reboots fleet-a itself (its kernel still runs the previous build, and nvidia_driver_reboot is
+    on), and the runtime stage restarts Docker on fleet-b (the one refused above; the gateway's
+    host too, HAProxy is a host service), which restarts its server. Each node is drained and
+    held at the gateway first, then gated, burned in and readmitted in its own batch, so fleet-a
+    serves again before fleet-b is taken out and the last-node guard lets it go."""
+    a, b = node("fleet-a"), node("fleet-b")
+    installed = re.sub(r"-[^-]*$", "", a.check_output(
+        "dpkg-query -W -f='${Version}' nvidia-smi").split(":")[-1])
+    a.check_output(f"echo {PREVIOUS_MODULE} > {LOADED_MODULE}")
+    a_booted = a.check_output(BOOT_START)
     started = b.check_output(DOCKER_STARTED)
     b.check_output(DROP_LIVE_RESTORE)  # already so: kept for a run of this test alone
     results = str(EPHEMERAL / "results" / "docker-restart")
     run, outcomes, before, during = under_load(
         run_playbook, "-e", GOOD_ENV, "-e", "onecat_driver_batch=1",
-        "-e", f"onecat_results_dir={results}")
-    print(f"\nrollout restarting Docker on fleet-b: {run.seconds:.0f} s")
-    report_load("Docker restart", outcomes, before, during)
+        "-e", "nvidia_driver_reboot=true", "-e", f"onecat_results_dir={results}")
+    print(f"\nrollout rebooting fleet-a and restarting Docker on fleet-b: {run.seconds:.0f} s")
+    report_load("reboot + Docker restart", outcomes, before, during)
     assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
     flat = " ".join(run.output.split())
+    # fleet-a: out first, rebooted by the role, into the installed module, then gated and burned in.
+    assert re.search(r"TASK \[nvidia_driver : Reboot into the installed driver\.\][^\n]*\n"
+                     r"changed: \[fleet-a\]", run.output), run.output[-4000:]
+    assert a.check_output(BOOT_START) != a_booted
+    assert a.file(LOADED_MODULE).content_string.strip() == installed
+    assert "REBOOT PENDING" not in flat, run.output[-4000:]
+    assert ("fleet-a: out of rotation at every gateway for: the driver stage reboots it into the "
+            "new NVIDIA driver" in flat), run.output[-4000:]
+    assert "fleet-a: burn-in: the driver stage reboots it" in flat, run.output[-4000:]
+    # fleet-b: Docker restarted with live-restore back, after fleet-a was readmitted.
     assert b.check_output(DOCKER_STARTED) != started
     assert '"live-restore": true' in b.file("/etc/docker/daemon.json").content_string
-    # Held once, on fleet-b only, then burned in because of the restart.
-    assert run.output.count(HOLD_TASK) == 1, run.output[-4000:]
     assert ("fleet-b: out of rotation at every gateway for: the runtime stage restarts Docker"
             in flat), run.output[-4000:]
     assert "fleet-b: burn-in: the runtime stage restarts Docker" in flat, run.output[-4000:]
+    assert "is the last node in rotation" not in flat, run.output[-4000:]
+    # Held once each, fleet-a before fleet-b.
+    assert run.output.count(HOLD_TASK) == 2, run.output[-4000:]
+    assert flat.index("fleet-a: out of rotation") < flat.index("fleet-b: out of rotation")
     servers = wait_for_servers(lambda rows: all(r["status"].startswith("UP")
                                                 for n, r in rows.items() if n != "fleet-c"))
+    assert servers["fleet-a"]["status"].startswith("UP"), servers["fleet-a"]
     assert servers["fleet-b"]["status"].startswith("UP"), servers["fleet-b"]
+    assert rollout("docker-restart")["fleet-a"]["in_rotation"]
     assert rollout("docker-restart")["fleet-b"]["in_rotation"]
     assert len(during) >= 20, len(during)
     assert_streams_whole(outcomes)
