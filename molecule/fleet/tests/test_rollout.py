@@ -462,11 +462,12 @@ def test_a_node_that_reboots_stays_out_until_its_gate_and_burn_in(run_playbook):
 def test_a_rollout_reboots_one_node_and_restarts_docker_on_the_other_with_no_failed_stream(
         run_playbook):
     """One rollout with two disruptions under load, one batch at a time: the driver stage
-    reboots fleet-a itself (its kernel still runs the previous build, and nvidia_driver_reboot is
-    on), and the runtime stage restarts Docker on fleet-b (the one refused above; the gateway's
-    host too, HAProxy is a host service), which restarts its server. Each node is drained and
-    held at the gateway first, then gated, burned in and readmitted in its own batch, so fleet-a
-    serves again before fleet-b is taken out and the last-node guard lets it go."""
+    reboots fleet-a itself (its kernel still runs the previous build; its host_vars set
+    nvidia_driver_reboot), and the runtime stage restarts Docker on fleet-b (the one refused
+    above; the gateway's host too, HAProxy is a host service), which restarts its server. Each
+    node is drained and held at the gateway first, then gated, burned in and readmitted in its
+    own batch, so fleet-a serves again before fleet-b is taken out and the last-node guard lets
+    it go."""
     a, b = node("fleet-a"), node("fleet-b")
     installed = re.sub(r"-[^-]*$", "", a.check_output(
         "dpkg-query -W -f='${Version}' nvidia-smi").split(":")[-1])
@@ -477,7 +478,7 @@ def test_a_rollout_reboots_one_node_and_restarts_docker_on_the_other_with_no_fai
     results = str(EPHEMERAL / "results" / "docker-restart")
     run, outcomes, before, during = under_load(
         run_playbook, "-e", GOOD_ENV, "-e", "onecat_driver_batch=1",
-        "-e", "nvidia_driver_reboot=true", "-e", f"onecat_results_dir={results}")
+        "-e", f"onecat_results_dir={results}")
     print(f"\nrollout rebooting fleet-a and restarting Docker on fleet-b: {run.seconds:.0f} s")
     report_load("reboot + Docker restart", outcomes, before, during)
     assert run.rc == 2, run.output[-4000:]  # fleet-c is still held out
