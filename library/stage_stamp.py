@@ -149,6 +149,13 @@ outputs:
   description: What the stage reported when it last passed (from the stamp; empty without one).
   returned: when state is check or record
   type: dict
+unchanged:
+  description:
+    - Whether the stamp already held exactly this record (record): the stage ran, yet what was
+      wanted and what it manages are as they were when it last passed - it put drift back, or
+      only rebooted the node. The stages built on it (C(after)) may then trust their own stamps.
+  returned: when state is record
+  type: bool
 """
 
 import os
@@ -311,6 +318,7 @@ def main() -> None:
         path=path,
         fingerprint=now,
         outputs=params["outputs"],
+        unchanged=not changed,
     )
 
 

@@ -81,6 +81,22 @@ def wait_booted(host, seconds: float = 180) -> None:
         time.sleep(2)
 
 
+# The kernel doubles' loaded module version (tests/kernel_doubles: a tmpfs, like /sys).
+LOADED_MODULE = "/run/onecat-test/sys/module/nvidia/version"
+
+
+def driver_userspace(host) -> str:
+    """The installed driver's version (nvidia-smi's package, without epoch and Debian revision):
+    the version a boot loads the module at."""
+    version = host.check_output("dpkg-query -W -f='${Version}' nvidia-smi")
+    return re.sub(r"-[^-]*$", "", version.split(":")[-1])
+
+
+def boot_start(host) -> str:
+    """PID 1's start time: it changes when the node (a container) booted again."""
+    return host.check_output("cut -d' ' -f22 /proc/1/stat")
+
+
 def wait_healthy(host, seconds: float = 90) -> None:
     """Until the node's server answers /health, else fail with its unit's last log lines."""
     deadline = time.monotonic() + seconds

@@ -7,6 +7,7 @@ units are not used here (no systemd in the test machine's container).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -117,6 +118,103 @@ def test_what_is_wanted_covers_the_roles_files_and_the_onecat_variables_they_rea
     (roles / "gpu_health" / "tasks" / "pynvml-venv.yml").write_text(
         (roles / "gpu_health" / "tasks" / "pynvml-venv.yml").read_text() + "\n# changed\n")
     assert current() is False
+
+
+# Two stages, the second built on the first (as runtime on driver): the first runs where its
+# stamp is not current, putting its file back as wanted, and records its stamp; then the second
+# is checked.
+PLAY_AFTER = """
+- hosts: localhost
+  gather_facts: false
+  vars:
+    __stamps: &stamps
+      stage_stamp_dir: "{{ stamps }}"
+      stage_stamp_lock_file: "{{ stamps }}/no-lock.json"
+  tasks:
+    - name: Check the first stage.
+      ansible.builtin.include_role:
+        name: stage_stamp
+        tasks_from: check
+      vars:
+        <<: *stamps
+        stage_stamp_stage: first
+        stage_stamp_role: gpu_health
+    - name: Run the first stage where it is due.
+      when: "'first' not in stage_stamp_current | default([])"
+      block:
+        - name: Put the first stage's file as it wants it.
+          ansible.builtin.copy:
+            content: "wanted\\n"
+            dest: "{{ stamps }}/managed"
+            mode: "0644"
+        - name: Record the first stage.
+          ansible.builtin.include_role:
+            name: stage_stamp
+            tasks_from: record
+          vars:
+            <<: *stamps
+            stage_stamp_stage: first
+            stage_stamp_role: gpu_health
+            stage_stamp_manages: {files: ["{{ stamps }}/managed"]}
+    - name: Check the second stage.
+      ansible.builtin.include_role:
+        name: stage_stamp
+        tasks_from: check
+      vars:
+        <<: *stamps
+        stage_stamp_stage: second
+        stage_stamp_role: burnin
+        stage_stamp_after: [first]
+    - name: Record the second stage where it ran.
+      ansible.builtin.include_role:
+        name: stage_stamp
+        tasks_from: record
+      vars:
+        <<: *stamps
+        stage_stamp_stage: second
+        stage_stamp_role: burnin
+      when: "'second' not in stage_stamp_current | default([])"
+    - name: Show the verdicts.
+      ansible.builtin.debug:
+        msg: >-
+          FIRST={{ 'first' in stage_stamp_current | default([]) }}
+          SECOND={{ 'second' in stage_stamp_current | default([]) }}
+"""
+
+
+def test_a_stage_that_ran_but_left_its_stamp_as_it_was_lets_the_next_trust_its_own(
+        tmp_path: Path) -> None:
+    """A driver stage that only put drift back (or only rebooted the node) records the stamp it
+    had: the runtime stage built on it is checked against its own stamp instead of running in
+    full. A first stage whose record differs (a wanted change) still runs the second."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(PLAY_AFTER)
+    stamps = tmp_path / "stamps"
+    stamps.mkdir()
+    env = {**os.environ, "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
+           "ANSIBLE_LIBRARY": str(REPO / "library"),
+           "ANSIBLE_MODULE_UTILS": str(REPO / "module_utils"), "ANSIBLE_NOCOLOR": "1"}
+
+    def verdicts(*extra: str) -> str:
+        done = subprocess.run(
+            [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook),
+             "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"stamps={stamps}",
+             *extra],
+            env=env, capture_output=True, text=True, check=False, cwd=REPO, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        found = re.search(r"FIRST=(\w+) SECOND=(\w+)", done.stdout)
+        assert found, done.stdout[-3000:]
+        return found[0]
+
+    assert verdicts() == "FIRST=False SECOND=False"  # no stamps yet: both run
+    assert verdicts() == "FIRST=True SECOND=True"
+    (stamps / "managed").write_text("edited by hand\n")
+    # The first stage runs and puts the file back: its stamp is as it was, the second skips.
+    assert verdicts() == "FIRST=False SECOND=True"
+    assert (stamps / "managed").read_text() == "wanted\n"
+    # gpu_health reads onecat_expected_gpus (burnin does not): the first stage's record differs.
+    assert verdicts("-e", "onecat_expected_gpus=4") == "FIRST=False SECOND=False"
+    assert verdicts("-e", "onecat_expected_gpus=4") == "FIRST=True SECOND=True"
 
 
 def test_a_pruned_image_or_a_changed_model_file_is_seen(tmp_path: Path, monkeypatch) -> None:

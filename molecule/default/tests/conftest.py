@@ -6,13 +6,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
 from verify_helpers import (
+    LOADED_MODULE,
     PROJECT,
     PlaybookRun,
+    boot_start,
+    driver_userspace,
     read_lock,
     run_playbook,
     wait_booted,
     wait_healthy,
 )
 
-__all__ = ["PROJECT", "PlaybookRun", "read_lock", "run_playbook", "wait_booted",
-           "wait_healthy"]
+__all__ = ["LOADED_MODULE", "PROJECT", "PlaybookRun", "boot_start", "driver_userspace",
+           "read_lock", "run_playbook", "wait_booted", "wait_healthy"]

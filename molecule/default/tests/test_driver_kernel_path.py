@@ -7,13 +7,12 @@ import re
 import subprocess
 
 import pytest
-from conftest import wait_booted, wait_healthy
+from conftest import LOADED_MODULE, boot_start, driver_userspace, wait_booted, wait_healthy
 
 NODE = "onecat-node1"
 DRIVER = "- ansible.builtin.import_playbook: @PROJECT@/playbooks/driver.yml"
 SERVE = "- ansible.builtin.import_playbook: @PROJECT@/playbooks/serve.yml"
 MARKER = "/run/onecat/nvidia-driver-reboot-pending"
-LOADED = "/run/onecat-test/sys/module/nvidia/version"
 UNIT = "/etc/systemd/system/vllm.service"
 DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/onecat-persistence-mode.conf"
 
@@ -24,26 +23,16 @@ def _only_node1(host):
         pytest.skip("the kernel path runs on onecat-node1")
 
 
-def _userspace(host) -> str:
-    version = host.check_output("dpkg-query -W -f='${Version}' nvidia-smi")
-    return re.sub(r"-[^-]*$", "", version.split(":")[-1])
-
-
 def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def _boot_start(host) -> str:
-    """PID 1's start time: it changes when the node (a container) booted again."""
-    return host.check_output("cut -d' ' -f22 /proc/1/stat")
-
-
 def test_module_built_for_the_kernel_and_loaded(host):
     kernel = host.file("/etc/onecat-test/kernel-release").content_string.strip()
-    userspace = _userspace(host)
+    userspace = driver_userspace(host)
     built = host.file(f"/var/lib/onecat-test/modules/{kernel}/nvidia-current")
     assert built.content_string.strip() == userspace
-    assert host.file(LOADED).content_string.strip() == userspace
+    assert host.file(LOADED_MODULE).content_string.strip() == userspace
     assert not host.file(MARKER).exists
     # DKMS needs the running kernel's headers, and the flavour's metapackage brings the next one's.
     assert host.package(f"linux-headers-{kernel}").is_installed
@@ -66,9 +55,9 @@ def test_a_planned_reboot_boots_into_the_installed_driver(host, run_playbook):
     driver stage reboots it itself (ansible.builtin.reboot: `shutdown -r`, the container's
     systemd exits, Docker starts it again), waits for the new boot, finds the installed module
     loaded and goes on to the end with no reboot pending."""
-    userspace = _userspace(host)
-    host.run(f"echo 535.216.01 > {LOADED}")
-    booted = _boot_start(host)
+    userspace = driver_userspace(host)
+    host.run(f"echo 535.216.01 > {LOADED_MODULE}")
+    booted = boot_start(host)
     run = run_playbook(DRIVER, "--limit", NODE, "-e", "nvidia_driver_reboot=true")
     flat = _flat(run.output)
     assert run.rc == 0, run.output[-3000:]
@@ -76,17 +65,17 @@ def test_a_planned_reboot_boots_into_the_installed_driver(host, run_playbook):
                      rf"changed: \[{NODE}\]", run.output), run.output[-3000:]
     assert "REBOOT PENDING" not in flat, flat[-3000:]
     wait_booted(host, 120)
-    assert _boot_start(host) != booted
-    assert host.file(LOADED).content_string.strip() == userspace
+    assert boot_start(host) != booted
+    assert host.file(LOADED_MODULE).content_string.strip() == userspace
     assert not host.file(MARKER).exists
     wait_healthy(host, 180)  # the enabled unit brought the server back after the boot
 
 
 def test_reboot_pending_holds_the_host_from_serve_until_it_reboots(host, run_playbook):
     unit_before = host.file(UNIT).content_string
-    userspace = _userspace(host)
+    userspace = driver_userspace(host)
     # The kernel still runs the previous build, as after the packages moved without a reboot.
-    host.run(f"echo 535.216.01 > {LOADED}")
+    host.run(f"echo 535.216.01 > {LOADED_MODULE}")
     run = run_playbook(DRIVER, "--limit", NODE)
     flat = _flat(run.output)
     assert run.rc == 0, run.output[-3000:]
@@ -109,12 +98,12 @@ def test_reboot_pending_holds_the_host_from_serve_until_it_reboots(host, run_pla
     subprocess.run(["docker", "restart", NODE], check=True, timeout=180, capture_output=True)
     wait_booted(host, 120)
     assert not host.file(MARKER).exists
-    assert host.file(LOADED).content_string.strip() == userspace
+    assert host.file(LOADED_MODULE).content_string.strip() == userspace
 
     run = run_playbook(DRIVER, "--limit", NODE)
     assert run.rc == 0, run.output[-3000:]
     assert "REBOOT PENDING" not in run.output
-    assert host.file(LOADED).content_string.strip() == userspace
+    assert host.file(LOADED_MODULE).content_string.strip() == userspace
     assert "Enabled" in host.check_output(
         "nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import testinfra
-from conftest import PROJECT, read_lock, wait_booted
+from conftest import LOADED_MODULE, PROJECT, boot_start, driver_userspace, read_lock, wait_booted
 
 sys.path.insert(0, str(PROJECT / "tests"))
 from gateway_harness import wait_until
@@ -400,9 +400,7 @@ BOOTED = "booted since it was admitted"
 DOCKER_STARTED = "systemctl show docker -p ExecMainStartTimestampMonotonic"
 # fleet-a takes the kernel-module path (host_vars): the modprobe double's loaded version, and
 # PID 1's start, which changes when the node (a container) booted again.
-LOADED_MODULE = "/run/onecat-test/sys/module/nvidia/version"
 PREVIOUS_MODULE = "535.216.01"
-BOOT_START = "cut -d' ' -f22 /proc/1/stat"
 # daemon.json without live-restore, as a hand edit leaves it: the runtime stage puts it back
 # and restarts Docker, and with it the node's server (vllm.service Requires= docker.service).
 DROP_LIVE_RESTORE = ("python3 -c \"import json; p='/etc/docker/daemon.json'; "
@@ -469,10 +467,9 @@ def test_a_rollout_reboots_one_node_and_restarts_docker_on_the_other_with_no_fai
     own batch, so fleet-a serves again before fleet-b is taken out and the last-node guard lets
     it go."""
     a, b = node("fleet-a"), node("fleet-b")
-    installed = re.sub(r"-[^-]*$", "", a.check_output(
-        "dpkg-query -W -f='${Version}' nvidia-smi").split(":")[-1])
+    installed = driver_userspace(a)
     a.check_output(f"echo {PREVIOUS_MODULE} > {LOADED_MODULE}")
-    a_booted = a.check_output(BOOT_START)
+    a_booted = boot_start(a)
     started = b.check_output(DOCKER_STARTED)
     b.check_output(DROP_LIVE_RESTORE)  # already so: kept for a run of this test alone
     results = str(EPHEMERAL / "results" / "docker-restart")
@@ -486,12 +483,17 @@ def test_a_rollout_reboots_one_node_and_restarts_docker_on_the_other_with_no_fai
     # fleet-a: out first, rebooted by the role, into the installed module, then gated and burned in.
     assert re.search(r"TASK \[nvidia_driver : Reboot into the installed driver\.\][^\n]*\n"
                      r"changed: \[fleet-a\]", run.output), run.output[-4000:]
-    assert a.check_output(BOOT_START) != a_booted
+    assert boot_start(a) != a_booted
     assert a.file(LOADED_MODULE).content_string.strip() == installed
     assert "REBOOT PENDING" not in flat, run.output[-4000:]
     assert ("fleet-a: out of rotation at every gateway for: the driver stage reboots it into the "
             "new NVIDIA driver" in flat), run.output[-4000:]
     assert "fleet-a: burn-in: the driver stage reboots it" in flat, run.output[-4000:]
+    # The reboot left fleet-a as its driver stage last passed it (the stage recorded the stamp
+    # it had): the runtime and serve stages trust their own stamps instead of running in full
+    # for its sake (roles/stage_stamp, stage_stamp_unchanged).
+    assert "fleet-a: the runtime stage is skipped: unchanged" in flat, run.output[-4000:]
+    assert "fleet-a: the serve stage is skipped: unchanged" in flat, run.output[-4000:]
     # fleet-b: Docker restarted with live-restore back, after fleet-a was readmitted.
     assert b.check_output(DOCKER_STARTED) != started
     assert '"live-restore": true' in b.file("/etc/docker/daemon.json").content_string
