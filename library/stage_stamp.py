@@ -151,9 +151,10 @@ outputs:
   type: dict
 unchanged:
   description:
-    - Whether the stamp already held exactly this record (record): the stage ran, yet what was
-      wanted and what it manages are as they were when it last passed - it put drift back, or
-      only rebooted the node. The stages built on it (C(after)) may then trust their own stamps.
+    - With I(state=record), whether the stamp already held exactly this record. The stage ran,
+      yet what was wanted and what it manages are as they were when it last passed (it put
+      drift back, or only rebooted the node), so the stages built on it may trust their own
+      stamps.
   returned: when state is record
   type: bool
 """

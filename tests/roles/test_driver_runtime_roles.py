@@ -245,6 +245,31 @@ def test_reboot_marker_is_written_where_its_folder_does_not_exist_yet(tmp_path):
     assert "REBOOT PENDING on pending" in pending["msg"]
 
 
+def test_a_refused_hold_leaves_the_reboot_marker_and_no_reboot(tmp_path):
+    """The gateway refuses to take out the last node in rotation: the host keeps serving its
+    old module, not rebooted, and the marker says a reboot is pending, so a later serve run
+    refuses to restart the engine into the mismatch (before, the role stopped at the hold
+    before it wrote the marker)."""
+    sysfs = tmp_path / "sysfs"
+    (sysfs / "module" / "nvidia").mkdir(parents=True)
+    (sysfs / "module" / "nvidia" / "version").write_text("1.0.0\n")
+    marker = tmp_path / "run" / "onecat" / "nvidia-driver-reboot-pending"
+    doubles = _doubles(tmp_path / "bin", dkms="exit 0",
+                       modinfo='echo "modinfo: ERROR: Module $6 not found." >&2; exit 1')
+    hosts = {"last": {"fake_facts": OS["debian12"], "onecat_preflight": VOLTA,
+                      "nvidia_driver_sysfs_root": str(sysfs),
+                      "nvidia_driver_version_package": "dpkg",
+                      "nvidia_driver_reboot_marker": str(marker),
+                      "nvidia_driver_reboot": True,
+                      "nvidia_driver_before_reboot": {"role": "refused_hold"}}}
+    data = run_playbook("kernel.yml", hosts, tmp_path, check=False, path_first=doubles)
+    outcome = host_outcome(data, "last")
+    assert "is the last node in rotation" in outcome["msg"], outcome
+    assert "Write the reboot marker before the reboot." in outcome["changed"], outcome
+    assert "loaded=1.0.0" in marker.read_text()
+    assert not _task_result(data, "last", "Reboot into the installed driver.")
+
+
 @pytest.mark.parametrize(("fake", "user"), [("ubuntu24", "nvidia-persistenced"),
                                             ("debian12", "nvpd")])
 def test_persistence_daemon_runs_in_persistence_mode(tmp_path, fake, user):
