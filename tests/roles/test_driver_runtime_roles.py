@@ -221,24 +221,33 @@ def _doubles(folder: Path, **scripts: str) -> Path:
     return folder
 
 
-def test_reboot_marker_is_written_where_its_folder_does_not_exist_yet(tmp_path):
-    # Defect 1: nothing created /run/onecat, so the marker could never be written and the host
-    # was held out with a misleading error instead of REBOOT PENDING.
+MARKER_WRITTEN = "Write the reboot marker, so later stages refuse to serve."
+
+
+def _pending_reboot(tmp_path: Path, **host_vars) -> tuple[dict, Path, Path]:
+    """A host whose loaded module (1.0.0) is not the installed driver (dpkg stands in), with the
+    reboot marker under a folder that does not exist yet: (hosts, marker, PATH doubles)."""
     sysfs = tmp_path / "sysfs"
     (sysfs / "module" / "nvidia").mkdir(parents=True)
     (sysfs / "module" / "nvidia" / "version").write_text("1.0.0\n")
     marker = tmp_path / "run" / "onecat" / "nvidia-driver-reboot-pending"
     doubles = _doubles(tmp_path / "bin", dkms="exit 0",
                        modinfo='echo "modinfo: ERROR: Module $6 not found." >&2; exit 1')
-    hosts = {"pending": {"fake_facts": OS["debian12"], "onecat_preflight": VOLTA,
-                         "nvidia_driver_sysfs_root": str(sysfs),
-                         "nvidia_driver_version_package": "dpkg",
-                         "nvidia_driver_reboot_marker": str(marker)}}
-    data = run_playbook("kernel.yml", hosts, tmp_path, check=False, path_first=doubles)
+    hosts = {"fake_facts": OS["debian12"], "onecat_preflight": VOLTA,
+             "nvidia_driver_sysfs_root": str(sysfs), "nvidia_driver_version_package": "dpkg",
+             "nvidia_driver_reboot_marker": str(marker), **host_vars}
+    return hosts, marker, doubles
+
+
+def test_reboot_marker_is_written_where_its_folder_does_not_exist_yet(tmp_path):
+    # Defect 1: nothing created /run/onecat, so the marker could never be written and the host
+    # was held out with a misleading error instead of REBOOT PENDING.
+    host, marker, doubles = _pending_reboot(tmp_path)
+    data = run_playbook("kernel.yml", {"pending": host}, tmp_path, check=False,
+                        path_first=doubles)
     outcome = host_outcome(data, "pending")
     assert outcome["failed_task"] is None, outcome
-    assert "Mark the host as waiting for a reboot so later stages refuse to serve." in (
-        outcome["changed"])
+    assert MARKER_WRITTEN in outcome["changed"]
     content = marker.read_text()
     assert "loaded=1.0.0" in content and "installed=" in content
     pending = _task_result(data, "pending", "Say that a reboot is pending.")
@@ -250,22 +259,12 @@ def test_a_refused_hold_leaves_the_reboot_marker_and_no_reboot(tmp_path):
     old module, not rebooted, and the marker says a reboot is pending, so a later serve run
     refuses to restart the engine into the mismatch (before, the role stopped at the hold
     before it wrote the marker)."""
-    sysfs = tmp_path / "sysfs"
-    (sysfs / "module" / "nvidia").mkdir(parents=True)
-    (sysfs / "module" / "nvidia" / "version").write_text("1.0.0\n")
-    marker = tmp_path / "run" / "onecat" / "nvidia-driver-reboot-pending"
-    doubles = _doubles(tmp_path / "bin", dkms="exit 0",
-                       modinfo='echo "modinfo: ERROR: Module $6 not found." >&2; exit 1')
-    hosts = {"last": {"fake_facts": OS["debian12"], "onecat_preflight": VOLTA,
-                      "nvidia_driver_sysfs_root": str(sysfs),
-                      "nvidia_driver_version_package": "dpkg",
-                      "nvidia_driver_reboot_marker": str(marker),
-                      "nvidia_driver_reboot": True,
-                      "nvidia_driver_before_reboot": {"role": "refused_hold"}}}
-    data = run_playbook("kernel.yml", hosts, tmp_path, check=False, path_first=doubles)
+    host, marker, doubles = _pending_reboot(
+        tmp_path, nvidia_driver_reboot=True, nvidia_driver_before_reboot={"role": "refused_hold"})
+    data = run_playbook("kernel.yml", {"last": host}, tmp_path, check=False, path_first=doubles)
     outcome = host_outcome(data, "last")
     assert "is the last node in rotation" in outcome["msg"], outcome
-    assert "Write the reboot marker before the reboot." in outcome["changed"], outcome
+    assert MARKER_WRITTEN in outcome["changed"], outcome  # before the hold failed
     assert "loaded=1.0.0" in marker.read_text()
     assert not _task_result(data, "last", "Reboot into the installed driver.")
 
