@@ -21,6 +21,8 @@ from pathlib import Path
 
 import jinja2
 
+from onecat.gateway.runtime import RuntimeApiError, execute, proc_pids
+
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = REPO / "roles" / "gateway" / "templates"
 
@@ -134,9 +136,27 @@ class Haproxy:
             time.sleep(0.05)
         return self
 
-    def reload(self) -> None:
+    def reload(self, timeout: float = 30.0) -> None:
+        """SIGUSR2 to the master, as the unit's reload sends it, then wait for the new worker.
+
+        The master re-executes itself and parses the configuration before it forks the new
+        worker. On two cores busy with other tests that once took more than the 10 s a test
+        then waited for the new worker's answers (HAProxy's log ended at "path to executable":
+        no new worker yet), and the test read the old worker's states instead."""
         assert self.process is not None
+        before = self._workers()
         self.process.send_signal(signal.SIGUSR2)
+        if not wait_until(lambda: self._workers() - before, timeout=timeout, interval=0.05):
+            raise RuntimeError(f"haproxy forked no new worker within {timeout:.0f} s of the "
+                               f"reload; its log:\n{self.log.read_text()}")
+
+    def _workers(self) -> set[int]:
+        """The PIDs the master CLI lists under "# workers" (none while it re-executes)."""
+        try:
+            answer = execute(self.master, "show proc")
+        except RuntimeApiError:
+            return set()
+        return set(proc_pids(answer, "workers"))
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

@@ -139,15 +139,20 @@ def sessions_everywhere(rows: list[dict[str, str]], server: str) -> int:
                if r.get("svname") == server and r.get("pxname") not in (None, ""))
 
 
-def old_workers(show_proc: str) -> list[int]:
-    """The PIDs the master CLI's `show proc` lists under "# old workers"."""
-    pids, section = [], ""
+def proc_pids(show_proc: str, section: str) -> list[int]:
+    """The PIDs the master CLI's `show proc` lists under "# <section>" ("workers", ...)."""
+    pids, current = [], ""
     for line in show_proc.splitlines():
         if line.startswith("#"):
-            section = line.strip("# ").lower()
-        elif section == "old workers" and line.split() and line.split()[0].isdigit():
+            current = line.strip("# ").lower()
+        elif current == section and line.split() and line.split()[0].isdigit():
             pids.append(int(line.split()[0]))
     return pids
+
+
+def old_workers(show_proc: str) -> list[int]:
+    """The PIDs the master CLI's `show proc` lists under "# old workers"."""
+    return proc_pids(show_proc, "old workers")
 
 
 def servers(rows: list[dict[str, str]], backend: str) -> list[ServerStatus]:
