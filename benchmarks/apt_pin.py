@@ -60,9 +60,11 @@ def main() -> int:
         return 2
     names = subprocess.run(["apt-cache", "pkgnames"], check=True, capture_output=True,
                            text=True).stdout.split()
-    family = sorted(n for n in names if n.startswith(("nvidia-", "libnvidia-", "libcuda")))[:8]
+    globs = _globs()
+    # A sample of the family this host's lists carry, named by the globs' prefixes.
+    family = sorted(n for n in names if n.startswith(tuple(g.rstrip("*") for g in globs)))[:8]
     patterns = {"no pin": None, "one /regex/ (before)": f"/{OLD_REGEX}/",
-                "globs (now)": " ".join(_globs())}
+                "globs (now)": " ".join(globs)}
     print(f"{len(names)} package names in this host's lists; {args.runs} runs each\n")
     print(f"{'pattern':<22} {'apt-cache policy, median s':>28}")
     pinned: dict[str, list[str]] = {}

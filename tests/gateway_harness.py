@@ -152,11 +152,7 @@ class Haproxy:
 
     def _workers(self) -> set[int]:
         """The PIDs the master CLI lists under "# workers" (none while it re-executes)."""
-        try:
-            answer = execute(self.master, "show proc")
-        except RuntimeApiError:
-            return set()
-        return set(proc_pids(answer, "workers"))
+        return set(proc_pids(master_answer(self.master, "show proc"), "workers"))
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -166,6 +162,15 @@ class Haproxy:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def master_answer(master: str, command: str) -> str:
+    """The master CLI's answer, or "" while it re-executes after a reload (it refuses or
+    resets connections for a moment)."""
+    try:
+        return execute(master, command)
+    except RuntimeApiError:
+        return ""
 
 
 @contextlib.contextmanager

@@ -25,14 +25,21 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "standin_engine"))
 
 from adhoc_module import run_module  # noqa: E402
-from gateway_harness import Agent, Engine, base_vars, haproxy, render, wait_until  # noqa: E402
+from gateway_harness import (  # noqa: E402
+    Agent,
+    Engine,
+    base_vars,
+    haproxy,
+    master_answer,
+    render,
+    wait_until,
+)
 from gateway_load import LoadClient, failed, stream_completion, truncated  # noqa: E402
 
 from onecat.gateway import backends, keys  # noqa: E402
 from onecat.gateway.runtime import (  # noqa: E402
     Runtime,
     RuntimeApiError,
-    execute,
     old_workers,
     save_server_state,
     servers,
@@ -294,15 +301,6 @@ def test_hitless_reload_keeps_streams_in_flight(tmp_path: Path, engines) -> None
             outcomes = load.stop()
     assert len(outcomes) > 8
     assert not failed(outcomes) and not truncated(outcomes, TOKENS)
-
-
-def master_answer(master: str, command: str) -> str:
-    """The master CLI's answer, or "" while it re-executes after a reload (it refuses or
-    resets connections for a moment)."""
-    try:
-        return execute(master, command)
-    except RuntimeApiError:
-        return ""
 
 
 def test_a_drain_waits_for_the_streams_old_workers_keep_after_a_reload(tmp_path: Path,
