@@ -118,7 +118,7 @@ def _probe(url: str, refs: Path, record: bool = False) -> Any:
 def _acting(agent: Path) -> Any:
     from onecat.watch.look import Acting
 
-    return Acting(agent, lambda: None, ready_hold_s=0.0)
+    return Acting(agent, lambda: None)
 
 
 def _look(state: Path, url: str, record: bool = False) -> tuple[str, str, list[Any]]:

@@ -12,6 +12,9 @@ description:
     the server unit's C(--max-num-seqs)), which the gateway's configuration is built from, and
     O(state_dir)/agent-state, the answer of the node's agent check: C(up), or
     C(maint down #reason) for a node held out."
+  - "Removes O(state_dir)/deploy-drain, the drain the deploy set before restarting or burning
+    in the node (the gateway role's C(tasks_from: drain)): the node is now readmitted or held.
+    Not reported as a change (the drain is transient)."
   - "Writes O(admitted_file) when the node is in rotation. It lives in a folder a boot empties
     (C(/run) is a tmpfs), and the agent answers C(maint) while it is missing: a node that booted,
     planned or not, stays out until the serve stage gates it and admits it again."
@@ -90,6 +93,9 @@ from ansible.module_utils.onecat.validate import problems
 
 # What the admission marker holds (its presence is what counts).
 ADMITTED = "admitted since the last boot by the serve stage (roles/gateway)\n"
+# The deploy's drain before a restart or a burn-in (roles/gateway tasks/drain.yml): the agent
+# answers it until the deploy readmits the node or holds it out, which this module records.
+DEPLOY_DRAIN = "deploy-drain"
 
 
 def _read(path: str) -> str | None:
@@ -124,6 +130,15 @@ def _write(module: AnsibleModule, path: str, text: str) -> bool:
     if os.path.exists(path):
         changed = module.set_fs_attributes_if_different(_attributes(module, path, "0644"), changed)
     return changed
+
+
+def _remove(module: AnsibleModule, path: str) -> None:
+    """Remove path when it exists (not in check mode)."""
+    if os.path.lexists(path) and not module.check_mode:
+        try:
+            os.unlink(path)
+        except OSError as err:
+            module.fail_json(msg=f"gateway_node: cannot remove {path}: {err}")
 
 
 def _folder(module: AnsibleModule, folder: str) -> bool:
@@ -190,6 +205,10 @@ def main() -> None:
     if os.path.isdir(folder):
         changed = _write(module, os.path.join(folder, "node.json"), render_state(state)) or changed
         changed = _write(module, os.path.join(folder, "agent-state"), answer) or changed
+        # The deploy decided where the node stands: its drain for a restart or a burn-in
+        # (tasks/drain.yml) is over, whichever way it went. Transient, as the drain itself:
+        # not reported as a change.
+        _remove(module, os.path.join(folder, DEPLOY_DRAIN))
     # Written after agent-state: the agent reads both, and a node becomes admitted only once its
     # answer is "up".
     admitted = params["admitted_file"]

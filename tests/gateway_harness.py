@@ -16,7 +16,7 @@ import socketserver
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import jinja2
@@ -63,14 +63,18 @@ def base_vars(workdir: Path) -> dict:
 
 
 class Agent:
-    """A node agent on loopback: answers each connection with its state file (or 'up')."""
+    """A node agent on loopback: answers each connection with its state file (or 'up'), or
+    with what `answer` returns (the role's own agent command: tests/gateway_agent.py)."""
 
-    def __init__(self, state_file: Path) -> None:
+    def __init__(self, state_file: Path, answer: Callable[[], str] | None = None) -> None:
         self.state_file = state_file
         agent = self
 
         class Handler(socketserver.BaseRequestHandler):
             def handle(self) -> None:
+                if answer is not None:
+                    self.request.sendall((answer() + "\n").encode())
+                    return
                 try:
                     text = agent.state_file.read_text()
                 except OSError:

@@ -86,8 +86,7 @@ def _acting(args: argparse.Namespace) -> Acting | None:
     ladder = Ladder(args.repair_dir, _systemctl("start", args.repair_unit),
                     _active(args.repair_unit), args.serving_record,
                     args.recurrence_window) if args.repair_unit else None
-    return Acting(args.agent_file, _systemctl("restart", args.engine_unit), policy,
-                  args.ready_hold, ladder)
+    return Acting(args.agent_file, _systemctl("restart", args.engine_unit), policy, ladder)
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -100,7 +99,7 @@ def _release(args: argparse.Namespace) -> int:
     try:
         write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
         if args.agent_file is not None:
-            answer_agent(args.agent_file, decided.answer, args.ready_hold)
+            answer_agent(args.agent_file, decided.answer)
     except OSError as error:
         print(f"onecat watch: cannot release {platform.node()}: {error}", file=sys.stderr)
         return EXIT_CANNOT_READ
@@ -127,7 +126,7 @@ def _request_repair(args: argparse.Namespace) -> int:
             decided = order_repair(acting.ladder, decided, now)
         write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
         if args.agent_file is not None:
-            answer_agent(args.agent_file, decided.answer, args.ready_hold)
+            answer_agent(args.agent_file, decided.answer)
     except OSError as error:
         print(f"onecat watch: cannot order a repair on {platform.node()}: {error}",
               file=sys.stderr)
@@ -227,9 +226,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine-unit", default="",
                         help="systemd unit of the engine to restart once after a fault "
                              "(empty: never restart, hold out)")
-    parser.add_argument("--ready-hold", type=float, default=6.0, metavar="SECONDS",
-                        help="answer `ready` this long before plain `up` when the node goes "
-                             "back in (a few of the gateway's agent checks; default %(default)s)")
     parser.add_argument("--flap-window", type=float, default=act.Policy.flap_window_s,
                         metavar="SECONDS", help="a second fault this soon after a restart holds "
                                                 "the node out (default %(default)s)")

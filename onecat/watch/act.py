@@ -108,10 +108,12 @@ def _clean_reason(findings: list[Finding]) -> str:
     return clip("; ".join(f.message for f in worst[:3]))
 
 
-def _answer(mode: str, reason: str, readmitted: bool) -> str:
-    """The agent check's reply line (HAProxy: `ready` cancels a drain or maint it set)."""
+def _answer(mode: str, reason: str) -> str:
+    """The watch's answer for the node's gateway agent: `up` when the watch wants the node in
+    (the agent answers HAProxy `ready up` then, on every check, while the deploy wants it in
+    too: roles/gateway), else the drain or maint with the reason."""
     if mode == IN:
-        return "ready up" if readmitted else "up"
+        return "up"
     if mode == DRAINING:
         return f"drain #onecat-watch: {reason}"
     if mode == SERVICE:
@@ -152,7 +154,7 @@ def step(
     recent = [t for t in state["restarts"] if now - float(t) < policy.flap_window_s]
     state["restarts"] = recent
     faults = [f for f in findings if f.severity == ERROR]
-    mode, transitions, restart, readmitted = state["mode"], [], False, False
+    mode, transitions, restart = state["mode"], [], False
     order: dict[str, Any] | None = None
     report = False
 
@@ -198,7 +200,6 @@ def step(
         current = progress.get("order") == state.get("order")
         stage = str(progress.get("step") or "ordered") if current else "ordered"
         if current and stage == "readmitted":
-            readmitted = True
             state.update(reason="", rungs=[], service=[], faults=[])
             go(IN, f"repaired ({progress.get('rung') or 'reset'}), gated and burned in")
         elif current and stage == "service_required":
@@ -218,7 +219,6 @@ def step(
             pass  # still cannot look: stay drained, nothing else to decide
         elif not faults:
             state.update(blind=False, reason="")
-            readmitted = True
             go(IN, "the watch can look again and finds nothing wrong")
         else:
             # It can look again and sees a fault: judged from here as any other fault.
@@ -255,9 +255,8 @@ def step(
             state["reason"] = _clean_reason(findings)
             climb("faulty again after the restart")
         else:
-            readmitted = True
             go(IN, "clean after the restart")
-    return Action(state, _answer(mode, state["reason"], readmitted), restart, transitions,
+    return Action(state, _answer(mode, state["reason"]), restart, transitions,
                   order, report)
 
 
@@ -269,7 +268,7 @@ def release(saved: dict[str, Any] | None, now: float) -> Action:
                  service=[], faults=[], order=None)
     if was == IN:
         return Action(state, "up", False, [])
-    return Action(state, "ready up", False, [f"{was} -> {IN}: released by an operator"])
+    return Action(state, "up", False, [f"{was} -> {IN}: released by an operator"])
 
 
 def request_repair(saved: dict[str, Any] | None, now: float, policy: Policy) -> Action:
@@ -278,14 +277,14 @@ def request_repair(saved: dict[str, Any] | None, now: float, policy: Policy) -> 
     state = {**initial_state(), **(saved or {})}
     was = state["mode"] if state["mode"] in MODES else IN
     if was == REPAIRING:
-        return Action(state, _answer(REPAIRING, state["reason"], False), False,
+        return Action(state, _answer(REPAIRING, state["reason"]), False,
                       ["already repairing: the order stands"])
     rungs = ["reset", *(["reboot"] if policy.reboot else [])]
     order = {"id": f"{now:.0f}", "rungs": rungs, "reason": "requested by an operator",
              "faults": []}
     state.update(mode=REPAIRING, since=now, reason=order["reason"], order=order["id"],
                  rungs=rungs, service=[], faults=[], blind=False)
-    return Action(state, _answer(REPAIRING, state["reason"], False), False,
+    return Action(state, _answer(REPAIRING, state["reason"]), False,
                   [f"{was} -> {REPAIRING}: requested by an operator"], order)
 
 
@@ -297,4 +296,4 @@ def restart_failed(action: Action, failure: str, now: float,
     state = {**action.state, "mode": HELD, "since": now}
     state["reason"] = clip(f"{what}: {failure}")
     transitions = [*action.transitions, f"{was} -> {HELD}: {state['reason']}"]
-    return Action(state, _answer(HELD, state["reason"], False), False, transitions)
+    return Action(state, _answer(HELD, state["reason"]), False, transitions)

@@ -94,20 +94,16 @@ class Acting:
     agent_file: Path | None
     restart_engine: Callable[[], str | None]
     policy: act.Policy = field(default_factory=act.Policy)
-    # How long "ready" is answered before plain "up" (three of the gateway's agent checks).
-    ready_hold_s: float = 6.0
     # The repair ladder (policy.repair), None: a fault no restart clears is held.
     ladder: Ladder | None = None
 
 
-def answer_agent(agent_file: Path, answer: str, ready_hold_s: float) -> None:
-    """Write the agent's answer. `ready` (which cancels a drain or maint) is answered only
-    long enough for the gateway to hear it: left there, it would also cancel the drain a
-    deploy sets through the runtime API before it restarts the node's server."""
+def answer_agent(agent_file: Path, answer: str) -> None:
+    """Write the watch's answer for the node's gateway agent: `up` (the watch wants the node
+    in) or its drain or maint. The agent turns `up` into `ready up` on every check while the
+    deploy wants the node in too (roles/gateway, onecat-gateway-agent@.service): readmission
+    is level-triggered, and a gateway that missed one check hears it at the next."""
     write_atomic(agent_file, answer + "\n")
-    if answer.startswith("ready "):
-        time.sleep(ready_hold_s)
-        write_atomic(agent_file, answer.removeprefix("ready ") + "\n")
 
 
 def run_probe(config: Probe) -> tuple[list[ProbeResult], list[Finding]]:
@@ -282,16 +278,15 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
                  0o600)
     if acting.agent_file is not None:
         expires = acting.agent_file.with_name(EXPIRES_FILE)
-        answer = decided.answer
-        if answer == "up" and _expired(expires, now):
-            # The agent drained the node while the watch was silent: `ready` lifts that drain.
-            answer = "ready up"
+        if decided.answer == "up" and _expired(expires, now):
+            # The agent drained the node while the watch was silent; its next check, with a
+            # fresh expiry, answers `ready up` again.
             decided.transitions.append("the watch looks again after its answer expired")
         if stale_after_s is not None:
             write_atomic(expires, f"{now + stale_after_s:.0f}\n")
         else:
             expires.unlink(missing_ok=True)  # no interval known: no deadline to keep
-        answer_agent(acting.agent_file, answer, acting.ready_hold_s)
+        answer_agent(acting.agent_file, decided.answer)
     mode = decided.state["mode"]
     reason = "" if mode == act.IN else str(decided.state.get("reason") or "")
     if mode == act.REPAIRING:

@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "standin_engine"))
 
 from adhoc_module import run_module  # noqa: E402
+from gateway_agent import agent_command  # noqa: E402
 from gateway_harness import (  # noqa: E402
     Agent,
     Engine,
@@ -40,6 +41,7 @@ from onecat.gateway import backends, keys  # noqa: E402
 from onecat.gateway.runtime import (  # noqa: E402
     Runtime,
     RuntimeApiError,
+    ServerStatus,
     old_workers,
     save_server_state,
     servers,
@@ -182,6 +184,46 @@ def test_failed_gate_keeps_the_node_in_maint_with_its_reason(tmp_path: Path, eng
             runtime.set_state("onecat_nodes", "node-a", "ready")
             time.sleep(1.0)
             assert runtime.status("onecat_nodes", "node-a").admin == "ready"
+    finally:
+        for agent in agents:
+            agent.close()
+
+
+def test_the_roles_agent_readmits_on_every_check_and_keeps_the_deploys_drain(
+        tmp_path: Path, engines) -> None:
+    """Issue 46: the role's own agent (its unit's command) answers `ready up` on every check
+    while the deploy and the watch want the node in, so a maint the node did not ask for (a
+    stale server-state file, an answer the gateway missed) is lifted at the next check, even
+    with the agent asked only every 5 s; the deploy's drain (deploy-drain, tasks/drain.yml)
+    is answered as a drain and is not cancelled by it."""
+    folder = tmp_path / "node-a-agent"
+    ask = agent_command(tmp_path, folder)
+    (folder / "agent-state").write_text("up\n")
+    (folder / "watch-state").write_text("up\n")
+    agents = [Agent(tmp_path / "agent-node-a", answer=ask),
+              *(Agent(tmp_path / f"agent-{e.name}") for e in engines[1:])]
+    try:
+        variables = gateway_vars(tmp_path, engines, agents, gateway_agent_interval="5s")
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: all_up(runtime, 3))
+
+            def node_a() -> ServerStatus:
+                return runtime.status("onecat_nodes", "node-a")
+
+            runtime.set_state("onecat_nodes", "node-a", "maint")
+            assert node_a().admin == "maint"
+            # Nothing but the agent's `ready` lifts it (HAProxy's last_agt shows only "up").
+            assert wait_until(lambda: node_a().admin == "ready", timeout=15), node_a()
+
+            (folder / "deploy-drain").write_text("drain #onecat-deploy: a restart\n")
+            runtime.set_state("onecat_nodes", "node-a", "drain")
+            # HAProxy marks a state its agent set: "DRAIN (agent)".
+            assert wait_until(lambda: node_a().status == "DRAIN (agent)", timeout=15), node_a()
+            time.sleep(6)  # one more agent check
+            assert node_a().admin == "drain", node_a()
+            (folder / "deploy-drain").unlink()
+            assert wait_until(lambda: node_a().admin == "ready", timeout=15), node_a()
     finally:
         for agent in agents:
             agent.close()

@@ -237,7 +237,7 @@ def test_the_agent_reads_its_folder_as_an_argument_never_as_script(tmp_path, nam
     assert answer.stdout == "drain\n"
     (folder / "watch-state").unlink()
     answer = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=tmp_path)
-    assert answer.stdout == "up\n"
+    assert answer.stdout == "ready up\n"
 
 
 def test_the_rendered_agent_unit_passes_systemd_analyze_verify(tmp_path):

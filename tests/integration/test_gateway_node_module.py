@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,7 @@ def test_a_node_that_booted_since_its_admission_is_out_until_admitted_again(tmp_
     admitted_run = run(base)
     assert admitted_run["changed"] is True and admitted.exists()
     assert oct(admitted.parent.stat().st_mode & 0o777) == "0o755"
-    assert agent(folder, admitted) == "up\n"
+    assert agent(folder, admitted) == "ready up\n"
     (folder / "watch-state").write_text("drain\n")
     assert agent(folder, admitted) == "drain\n"
     (folder / "watch-state").unlink()
@@ -103,7 +104,40 @@ def test_a_node_that_booted_since_its_admission_is_out_until_admitted_again(tmp_
     assert agent(folder, admitted).startswith("maint down #")
     # In check mode nothing is written, but the change is reported.
     assert run(base, check=True)["changed"] is True and not admitted.exists()
-    assert run(base)["changed"] is True and agent(folder, admitted) == "up\n"
+    assert run(base)["changed"] is True and agent(folder, admitted) == "ready up\n"
+
+
+def test_the_agent_answers_the_whole_state_on_every_check_and_the_deploys_drain_first(
+        tmp_path: Path) -> None:
+    """Issue 46: `ready up` on every check while the deploy and the watch want the node in;
+    the deploy's hold, then its drain (deploy-drain), then an expired watch, then the watch's
+    own answer come first, in that order; recording the node's state ends the deploy's drain
+    without reporting a change (it is transient)."""
+    folder, admitted = tmp_path / "gateway", tmp_path / "run" / "onecat-gateway" / "admitted"
+    base = {"state_dir": str(folder), "address": "10.0.0.5", "port": 8000,
+            "unit_file": str(tmp_path / "none.service"), "admitted_file": str(admitted)}
+    run(base)
+    assert [agent(folder, admitted) for _ in range(3)] == ["ready up\n"] * 3
+    (folder / "watch-state").write_text("up\n")
+    assert agent(folder, admitted) == "ready up\n"
+    (folder / "watch-state").write_text("drain #onecat-watch: Xid 48\n")
+    assert agent(folder, admitted) == "drain #onecat-watch: Xid 48\n"
+    (folder / "watch-expires").write_text(f"{int(time.time()) - 1}\n")
+    assert agent(folder, admitted).startswith("drain #onecat-watch: no look for three")
+    (folder / "deploy-drain").write_text("drain #onecat-deploy: a restart\n")
+    assert agent(folder, admitted) == "drain #onecat-deploy: a restart\n"
+    (folder / "deploy-drain").write_text("")
+    assert agent(folder, admitted) == "drain #onecat-deploy\n"
+    held = run({**base, "in_rotation": False, "reason": "gate failed"})
+    assert held["changed"] is True and not (folder / "deploy-drain").exists()
+    assert agent(folder, admitted) == "maint down #gate failed\n"
+    (folder / "watch-expires").unlink()
+    (folder / "watch-state").write_text("up\n")
+    assert run(base)["changed"] is True and agent(folder, admitted) == "ready up\n"
+    (folder / "deploy-drain").write_text("drain #onecat-deploy: a restart\n")
+    assert run(base, check=True)["changed"] is False and (folder / "deploy-drain").exists()
+    assert run(base)["changed"] is False and not (folder / "deploy-drain").exists()
+    assert agent(folder, admitted) == "ready up\n"
 
 
 def test_an_empty_address_is_refused_with_the_fix(tmp_path: Path) -> None:

@@ -173,7 +173,7 @@ def _watch(libdir: Path, tmp_path: Path, *extra: str) -> tuple[str, dict]:
          str(tmp_path / "none" / "onecat.prom"), "--kernel-log",
          str(double.kernel_log(scenario)), "--boot-id-file", str(tmp_path / "boot"),
          "--serving-record", str(tmp_path / "serving.json"), "--act", "--agent-file",
-         str(tmp_path / "agent"), "--ready-hold", "0",
+         str(tmp_path / "agent"),
          "--engine-unit", "onecat-no-such-engine.service",
          "--repair-unit", "onecat-no-such-repair.service", "--repair-dir",
          str(tmp_path / "repair"), *extra],

@@ -31,7 +31,7 @@ def _look(libdir: Path, tmp_path: Path, url: str, *extra: str) -> tuple[int, str
          str(tmp_path / "none" / "onecat.prom"), "--kernel-log",
          str(double.kernel_log(SCENARIO)), "--probe-url", url, "--probe-model", "standin-model",
          "--probe-prompts", str(DEFAULT_FILE), "--references", str(tmp_path / "refs.json"),
-         "--act", "--agent-file", str(agent), "--ready-hold", "0", *extra],
+         "--act", "--agent-file", str(agent), *extra],
         env=double.double_env(libdir, SCENARIO), capture_output=True, text=True, check=False,
         cwd=double.REPO, timeout=120)
     return done.returncode, agent.read_text().strip(), json.loads(

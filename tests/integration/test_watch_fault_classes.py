@@ -29,7 +29,7 @@ from onecat.watch.prompts import DEFAULT_FILE
 SCENARIO = "healthy_pcie_pair"
 # Acting as the role does, with an engine unit that cannot restart (the restart fails, so the
 # node is held): no systemd here.
-ACTING = ("--act", "--ready-hold", "0", "--interval", "60s",
+ACTING = ("--act", "--interval", "60s",
           "--engine-unit", "onecat-no-such-engine.service")
 
 

@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nvml_double_harness as double
 from gateway_agent import agent_command
-from gateway_harness import wait_until
 from standin_harness import standin
 
 
@@ -75,7 +74,7 @@ def test_a_look_that_cannot_complete_fails_closed_and_the_node_comes_back(
     answers drain, the metrics say the watch is down with its last success; the next complete
     look that finds nothing puts the node back (blindness alone never holds it)."""
     agent = tmp_path / "agent"
-    acting = ["--act", "--agent-file", str(agent), "--ready-hold", "0", "--interval", "60s"]
+    acting = ["--act", "--agent-file", str(agent), "--interval", "60s"]
     assert _look(libdir, "healthy_pcie_pair", tmp_path, *acting)[0] == 0
     assert agent.read_text() == "up\n"
     rc, out, verdict = _look(libdir, "driver_not_loaded", tmp_path, *acting)
@@ -162,7 +161,7 @@ def test_the_quality_probe_catches_a_card_that_starts_answering_garbage(
 def test_acting_drains_then_holds_a_node_whose_engine_cannot_restart(
         libdir: Path, tmp_path: Path) -> None:
     """--act: the agent's answer goes drain, then out; a restart that fails holds it out;
-    --release puts it back with `ready`."""
+    --release puts it back, and the node's agent answers `ready up` on every check."""
     agent = tmp_path / "gateway" / "watch-state"
     acting = ["--act", "--agent-file", str(agent),
               "--engine-unit", "onecat-no-such-engine.service"]
@@ -188,15 +187,16 @@ def test_acting_drains_then_holds_a_node_whose_engine_cannot_restart(
     rc, out, _ = _look(libdir, ecc, tmp_path, *acting, *xid48)
     assert agent.read_text().startswith("maint down #onecat-watch held"), out
 
-    release = subprocess.Popen(
+    # The release writes the watch's `up` once; the node's agent answers `ready up` (which
+    # lifts the gateway's maint) on every check from then on, not for a few seconds only.
+    done = subprocess.run(
         [sys.executable, "-m", "onecat.watch", "--release", "--state-dir",
-         str(tmp_path / "state"), "--agent-file", str(agent), "--ready-hold", "3"],
-        stdout=subprocess.PIPE, text=True, cwd=double.REPO)
-    # `ready` (which cancels the gateway's maint) is answered for a few agent checks only.
-    assert wait_until(lambda: agent.read_text() == "ready up\n", timeout=2.5, interval=0.05)
-    out, _ = release.communicate(timeout=60)
-    assert release.returncode == 0 and "held -> in: released by an operator" in out
+         str(tmp_path / "state"), "--agent-file", str(agent)],
+        capture_output=True, text=True, cwd=double.REPO, timeout=60, check=False)
+    assert done.returncode == 0 and "held -> in: released by an operator" in done.stdout
     assert agent.read_text() == "up\n"
+    ask = agent_command(tmp_path, agent.parent)
+    assert [ask() for _ in range(3)] == ["ready up"] * 3
 
 
 def test_the_probe_follows_the_serving_record(libdir: Path, tmp_path: Path) -> None:
@@ -237,7 +237,7 @@ def test_the_probe_follows_the_serving_record(libdir: Path, tmp_path: Path) -> N
 
 # ---- each fault class drains the node within two intervals and stays out while it lasts ----
 
-ACTING = ("--act", "--ready-hold", "0", "--interval", "60s",
+ACTING = ("--act", "--interval", "60s",
           "--engine-unit", "onecat-no-such-engine.service")
 
 
@@ -356,22 +356,23 @@ def test_a_fault_that_recurs_after_a_reboot_is_reported(libdir: Path, tmp_path: 
 
 def test_the_agent_drains_a_node_whose_watch_stopped(libdir: Path, tmp_path: Path) -> None:
     """The gateway agent's own sh command (the unit's ExecStart, no systemd) answers drain once
-    the watch's answer is three intervals old, and the watch's next look lifts it (`ready`)."""
+    the watch's answer is three intervals old, and the watch's next look lifts it (`ready up`,
+    on every check while the watch and the deploy want the node in)."""
     folder = tmp_path / "gateway"
     answers = _answers(libdir, tmp_path, [("healthy_pcie_pair", ())])
     assert answers == ["up"]
     expires = folder / "watch-expires"
     assert abs(int(expires.read_text()) - (time.time() + 180)) < 30
     agent = agent_command(tmp_path, folder)
-    assert agent() == "up"
+    assert agent() == "ready up"
     expires.write_text(f"{int(time.time()) - 1}\n")
     assert agent() == "drain #onecat-watch: no look for three intervals (the watch stopped)"
     expires.write_text("garbage\n")
     assert agent().startswith("drain #")
     expires.write_text(f"{int(time.time()) - 1}\n")
     rc, out, _ = _look(libdir, "healthy_pcie_pair", tmp_path, *ACTING, "--agent-file",
-                       str(folder / "watch-state"), "--ready-hold", "0")
+                       str(folder / "watch-state"))
     assert rc == 0 and "the watch looks again after its answer expired" in out, out
-    assert agent() == "up"
+    assert agent() == "ready up"
     expires.unlink()  # no watch installed: nothing to expire
-    assert agent() == "up"
+    assert agent() == "ready up"

@@ -116,7 +116,7 @@ def test_the_watch_readmits_on_the_runners_word_for_its_own_order_only() -> None
     assert running.state["mode"] == act.REPAIRING and running.start_repair is None
     done = act.step(state, [], 180, REPAIR, repair=act.Repair(
         serving=True, progress={"order": "60", "step": READMITTED, "rung": "reset"}))
-    assert done.state["mode"] == act.IN and done.answer == "ready up"
+    assert done.state["mode"] == act.IN and done.answer == "up"
     assert done.transitions == ["repairing -> in: repaired (reset), gated and burned in"]
 
 
@@ -140,7 +140,7 @@ def test_the_runners_end_decides_service_or_hold() -> None:
     assert failed.state["mode"] == act.HELD
     assert "the repair failed: the gate failed" in failed.answer
     released = act.release(service.state, 200)
-    assert released.state["mode"] == act.IN and released.answer == "ready up"
+    assert released.state["mode"] == act.IN and released.answer == "up"
 
 
 def test_a_fault_back_within_the_window_of_a_repair_needs_service() -> None:

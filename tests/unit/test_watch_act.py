@@ -40,7 +40,7 @@ def test_a_fatal_xid_drains_then_restarts_once_then_readmits() -> None:
     assert drain.answer.startswith("drain #onecat-watch: the kernel logged Xid 48")
     assert not drain.restart_engine
     assert restart.restart_engine and restart.answer.startswith("maint down #")
-    assert back.answer == "ready up" and back.state["mode"] == act.IN
+    assert back.answer == "up" and back.state["mode"] == act.IN
     assert after.answer == "up"
     assert back.transitions == ["restarted -> in: clean after the restart"]
 
@@ -58,7 +58,7 @@ def test_a_second_fault_within_the_flap_window_holds_the_node_out() -> None:
 def test_a_fault_after_the_flap_window_gets_another_restart() -> None:
     actions = _run([(0, [XID]), (60, []), (120, []), (5000, [XID]), (5060, []), (5120, [])])
     assert [a.restart_engine for a in actions] == [False, True, False, False, True, False]
-    assert actions[-1].answer == "ready up"
+    assert actions[-1].answer == "up"
 
 
 def test_a_fault_a_restart_cannot_clear_holds_without_restarting() -> None:
@@ -114,7 +114,7 @@ def test_garbage_again_after_the_restart_holds_the_node_out() -> None:
 def test_release_puts_a_held_node_back_with_ready() -> None:
     held = _run([(0, [LOST]), (60, [])])[-1]
     released = act.release(held.state, 100)
-    assert released.state["mode"] == act.IN and released.answer == "ready up"
+    assert released.state["mode"] == act.IN and released.answer == "up"
     assert released.transitions == ["held -> in: released by an operator"]
     again = act.release(released.state, 200)
     assert again.transitions == [] and again.answer == "up"
@@ -148,7 +148,7 @@ def test_a_watch_that_cannot_look_drains_and_stays_drained_but_never_holds_for_i
         act.DRAINING, act.DRAINING, act.DRAINING, act.IN, act.IN]
     assert actions[0].answer.startswith("drain #onecat-watch: the watch cannot look")
     assert not any(a.restart_engine for a in actions)
-    assert actions[3].answer == "ready up"
+    assert actions[3].answer == "up"
     assert actions[3].transitions == ["draining -> in: the watch can look again and finds "
                                       "nothing wrong"]
 
