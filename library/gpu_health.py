@@ -215,6 +215,7 @@ from ansible.module_utils.onecat.health.nvml import (
     NvmlUnavailable,
     gather,
     kernel_log_problem,
+    unavailable_line,
 )
 
 try:
@@ -269,11 +270,7 @@ def main():
         readings = gather(pynvml, check_xid=thresholds.check_xid,
                           kernel_log_path=module.params["kernel_log_path"])
     except NvmlUnavailable as error:
-        module.fail_json(
-            msg=f"NVIDIA driver not loaded on {host}: NVML error {error.code}: {error.text}. "
-                "Install or load the driver (modprobe nvidia; nvidia-smi must list the GPUs).",
-            nvml_error_code=error.code,
-        )
+        module.fail_json(msg=unavailable_line(error, host), nvml_error_code=error.code)
     except pynvml.NVMLError as error:
         module.fail_json(
             msg=f"NVML failed on {host} while reading the GPUs: {error}. "

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from onecat.files import write_json
-from onecat.health.nvml import NvmlUnavailable
+from onecat.health.nvml import NvmlUnavailable, unavailable_line
 from onecat.serve.gate import key_from_env_file
 from onecat.watch.likelihood import REL_TOLERANCE
 from onecat.watch.prompts import read as read_prompts
@@ -129,11 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         document = burn_in(pynvml, plan)
     except NvmlUnavailable as error:
-        print(
-            f"onecat burnin: NVIDIA driver not loaded on {platform.node()}: NVML error "
-            f"{error.code}: {error.text}",
-            file=sys.stderr,
-        )
+        print(f"onecat burnin: {unavailable_line(error, platform.node())}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     except pynvml.NVMLError as error:
         print(f"onecat burnin: NVML failed on {platform.node()}: {error}", file=sys.stderr)

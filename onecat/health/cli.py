@@ -14,7 +14,7 @@ from typing import Any
 from onecat.fleet.deploy import add_run_options, run_fleet_command
 from onecat.health.judge import Thresholds, fails
 from onecat.health.local import check_local, format_report
-from onecat.health.nvml import NvmlUnavailable, kernel_log_problem
+from onecat.health.nvml import NvmlUnavailable, kernel_log_problem, unavailable_line
 
 EXIT_OK, EXIT_FAILED, EXIT_CANNOT_CHECK = 0, 1, 2
 
@@ -97,9 +97,7 @@ def run_local(args: argparse.Namespace) -> int:
     try:
         facts: dict[str, Any] = check_local(pynvml, thresholds, args.kernel_log)
     except NvmlUnavailable as error:
-        print(f"onecat health: NVIDIA driver not loaded on {platform.node()}: NVML error "
-              f"{error.code}: {error.text}; load it (`modprobe nvidia`, `nvidia-smi`) or "
-              "install the driver", file=sys.stderr)
+        print(f"onecat health: {unavailable_line(error, platform.node())}", file=sys.stderr)
         return EXIT_CANNOT_CHECK
     except pynvml.NVMLError as error:
         print(f"onecat health: NVML failed on {platform.node()} while reading the GPUs: "

@@ -28,6 +28,8 @@ INVALID_ARGUMENT = 2
 NOT_FOUND = 6
 FUNCTION_NOT_FOUND = 13
 GPU_IS_LOST = 15
+# nvmlInit after a driver upgrade, before the reboot (NVML_ERROR_LIB_RM_VERSION_MISMATCH).
+LIB_RM_VERSION_MISMATCH = 18
 UNAVAILABLE = (NOT_SUPPORTED, FUNCTION_NOT_FOUND)
 
 # nvmlGpuP2PCapsIndex_t. Defined here: pynvml's NVML_P2P_CAPS_INDEX_READ is a
@@ -78,6 +80,18 @@ class NvmlUnavailable(Exception):
         super().__init__(text)
         self.code = code
         self.text = text
+
+
+def unavailable_line(error: NvmlUnavailable, host: str) -> str:
+    """What to tell an operator when NVML could not start, with the fix: a driver that is
+    not loaded, or one whose userspace was upgraded under the loaded module (error 18)."""
+    if error.code == LIB_RM_VERSION_MISMATCH:
+        return (f"Driver/library version mismatch on {host}: NVML error {error.code}: "
+                f"{error.text}; the driver's userspace changed and the old kernel module is "
+                "still loaded: reboot the node (or run the driver stage with "
+                "nvidia_driver_reboot: true)")
+    return (f"NVIDIA driver not loaded on {host}: NVML error {error.code}: {error.text}; "
+            "load it (`modprobe nvidia`; `nvidia-smi` must list the GPUs) or install the driver")
 
 
 def _text(value: Any) -> Any:

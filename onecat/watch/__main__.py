@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from onecat.files import write_atomic
-from onecat.health.nvml import NvmlUnavailable
+from onecat.health.nvml import LIB_RM_VERSION_MISMATCH, NvmlUnavailable
 from onecat.serve.gate import key_from_env_file
 
 from . import act
@@ -136,6 +136,9 @@ def _request_repair(args: argparse.Namespace) -> int:
     return EXIT_HEALTHY
 
 
+# The driver stage's marker of a pending reboot (roles/nvidia_driver, nvidia_driver_reboot_marker).
+REBOOT_MARKER = Path("/run/onecat/nvidia-driver-reboot-pending")
+
 # systemd.time(7) units, in seconds; a bare number is seconds.
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60,
           "min": 60, "minute": 60, "minutes": 60, "h": 3600, "hr": 3600, "hour": 3600,
@@ -159,12 +162,22 @@ def timespan_seconds(text: str) -> float:
     return total
 
 
-def _blind(args: argparse.Namespace, why: str) -> int:
-    """The look could not complete: say why, and fail closed (cannot_look drains the node)."""
+def _reboot_pending(args: argparse.Namespace, error: NvmlUnavailable) -> str:
+    """The reboot marker's path when NVML's "Driver/library version mismatch" (error 18,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH) is the driver update the driver stage installed and
+    marked, else "" (a mismatch nobody marked is a blind watch like any other)."""
+    marker = args.reboot_marker
+    return str(marker) if error.code == LIB_RM_VERSION_MISMATCH and marker.is_file() else ""
+
+
+def _blind(args: argparse.Namespace, why: str, reboot_pending: str = "") -> int:
+    """The look could not complete: say why, and fail closed (cannot_look drains the node),
+    unless a driver reboot the driver stage marked explains it (the node stays in)."""
     print(f"onecat watch: cannot look at {platform.node()}: {why}", file=sys.stderr)
     try:
         for line in cannot_look(why, args.state_dir, args.verdict_file, args.metrics_file,
-                                acting=_acting(args), stale_after_s=args.stale_after_s):
+                                acting=_acting(args), stale_after_s=args.stale_after_s,
+                                reboot_pending=reboot_pending):
             print(f"{platform.node()}: watch: {line}")
     except OSError as error:
         print(f"onecat watch: cannot record that it cannot look: {error}", file=sys.stderr)
@@ -250,6 +263,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--expected-gpus", type=int, metavar="N",
                         help="GPUs the node must have, as the health stage's check "
                              "(onecat_expected_gpus; default: the health check's, 2)")
+    parser.add_argument("--reboot-marker", type=Path, default=REBOOT_MARKER,
+                        help="the driver stage's marker of a pending reboot: NVML's "
+                             "Driver/library version mismatch while it exists keeps the node "
+                             "in, with a warning (default: %(default)s)")
     parser.add_argument("--boot-id-file", type=Path, default=BOOT_ID_FILE,
                         help="the kernel's boot id, kept with the readings so the previous "
                              "boot's counters are no baseline (default: %(default)s)")
@@ -277,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             quality=_probe(args), acting=_acting(args), stale_after_s=args.stale_after_s,
             thresholds=watch_thresholds(args.expected_gpus), boot_id_file=args.boot_id_file)
     except NvmlUnavailable as error:
+        if error.code == LIB_RM_VERSION_MISMATCH:
+            return _blind(args, f"Driver/library version mismatch: NVML error {error.code}: "
+                                f"{error.text}", _reboot_pending(args, error))
         return _blind(args, f"NVIDIA driver not loaded: NVML error {error.code}: {error.text}")
     except pynvml.NVMLError as error:
         return _blind(args, f"NVML failed: {error}")

@@ -44,6 +44,11 @@ MODES = (IN, DRAINING, RESTARTED, HELD, REPAIRING, SERVICE)
 # fails closed: the node drains and stays drained while the watch cannot look, and comes
 # back by itself once a complete look finds nothing (no restart, no hold for blindness alone).
 CANNOT_LOOK = "cannot_look"
+# Blind, but for a reason that makes no answer wrong: the driver's userspace was upgraded and
+# the host has not rebooted yet (NVML error 18 while the driver stage's reboot marker says so).
+# The engine serves on the libraries it loaded; a drain here would take every node of a fleet
+# out at once on a driver update (issue 46). A warning: the node stays in.
+REBOOT_PENDING = "reboot_pending"
 
 
 @dataclass(frozen=True)
@@ -219,7 +224,9 @@ def step(
             pass  # still cannot look: stay drained, nothing else to decide
         elif not faults:
             state.update(blind=False, reason="")
-            go(IN, "the watch can look again and finds nothing wrong")
+            go(IN, "a driver reboot is pending: the engine serves on the libraries it loaded"
+               if any(f.code == REBOOT_PENDING for f in findings)
+               else "the watch can look again and finds nothing wrong")
         else:
             # It can look again and sees a fault: judged from here as any other fault.
             _remember(state, faults)

@@ -35,7 +35,7 @@ from onecat.repair import files as repair_files
 from onecat.repair import history as repair_history
 
 from . import act, throttle
-from .deltas import UNHEALTHY, Finding, Limits, change_findings, state_findings, verdict
+from .deltas import Finding, Limits, change_findings, state_findings, verdict
 from .likelihood import REL_TOLERANCE
 from .metrics import render
 from .probe import ProbeResult, answers, ask_all, likelihoods, stored_likelihoods
@@ -382,24 +382,35 @@ def _last_success(state_dir: Path) -> float | None:
 
 def cannot_look(why: str, state_dir: Path, verdict_file: Path, metrics_file: Path | None,
                 acting: Acting | None = None, now: float | None = None,
-                stale_after_s: float | None = None) -> list[str]:
+                stale_after_s: float | None = None, reboot_pending: str = "") -> list[str]:
     """A look that could not complete (NVML failed, the GPU driver is gone, an exception):
     the watch fails closed. The verdict says "cannot look: <why>", the gateway agent answers
     `drain` (acting), and the metrics say the watch is down, with its last success. The last
-    good readings stay the baseline of the next complete look. Returns the transitions."""
+    good readings stay the baseline of the next complete look. Returns the transitions.
+
+    `reboot_pending` (the driver stage's reboot marker, when NVML said "Driver/library version
+    mismatch"): blind for a reason that makes no answer wrong, so a warning, and the node
+    stays in: a driver update with reboots off must not drain every node at once (issue 46)."""
     now = time.time() if now is None else now
     why = " ".join(why.split())[:300]
-    findings = [Finding(ERROR, act.CANNOT_LOOK, None, f"the watch cannot look: {why}")]
+    if reboot_pending:
+        findings = [Finding(WARNING, act.REBOOT_PENDING, None,
+                            f"the watch cannot look: {why}; a driver reboot is pending "
+                            f"({reboot_pending}): the engine serves on the libraries it "
+                            "loaded, its GPUs unwatched until the node reboots")]
+    else:
+        findings = [Finding(ERROR, act.CANNOT_LOOK, None, f"the watch cannot look: {why}")]
     mode, transitions, reason = _act(acting, state_dir, findings, now,
                                      stale_after_s=stale_after_s)
     last = _last_success(state_dir)
-    document = {"verdict": UNHEALTHY, "state_verdict": None, "at": _stamp(now),
-                "cannot_look": why, "mode": mode, "reason": reason,
+    document = {"verdict": verdict(findings), "state_verdict": None, "at": _stamp(now),
+                "cannot_look": why, "reboot_pending": bool(reboot_pending),
+                "mode": mode, "reason": reason,
                 "transitions": transitions, "stale_after": _stale_after(now, stale_after_s),
                 "last_success": None if last is None else _stamp(last),
                 "findings": [finding.as_dict() for finding in findings], "probe": None}
     write_json(verdict_file, document)
     if metrics_file is not None and metrics_file.parent.is_dir():
-        write_atomic(metrics_file, render({}, UNHEALTHY, findings, mode=mode, up=False,
+        write_atomic(metrics_file, render({}, verdict(findings), findings, mode=mode, up=False,
                                           last_success=last))
     return transitions

@@ -158,6 +158,43 @@ def test_the_quality_probe_catches_a_card_that_starts_answering_garbage(
     assert "onecat_quality_probe_ok 0" in prom
 
 
+def test_a_driver_update_waiting_for_its_reboot_keeps_the_node_in(libdir: Path,
+                                                                     tmp_path: Path) -> None:
+    """Issue 46: NVML's "Driver/library version mismatch" (error 18) while the driver stage's
+    reboot marker exists is a driver update with reboots off: the engine serves on the
+    libraries it loaded, so the node stays in with a warning, on every node at once. The same
+    error with no marker is a blind watch like any other (it drains); the marker appearing
+    later brings a drained node back."""
+    agent = tmp_path / "gateway" / "watch-state"
+    marker = tmp_path / "run" / "nvidia-driver-reboot-pending"
+    acting = ["--act", "--agent-file", str(agent), "--interval", "60s",
+              "--reboot-marker", str(marker)]
+    assert _look(libdir, "healthy_pcie_pair", tmp_path, *acting)[0] == 0
+    rc, out, verdict = _look(libdir, "driver_library_mismatch", tmp_path, *acting)
+    assert rc == 2 and verdict is not None and verdict["mode"] == "draining", out
+    assert verdict["cannot_look"].startswith("Driver/library version mismatch: NVML error 18")
+    assert agent.read_text().startswith("drain #onecat-watch: the watch cannot look")
+
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("installed=2.0.0\nloaded=1.0.0\nnouveau_loaded=false\n")
+    rc, out, verdict = _look(libdir, "driver_library_mismatch", tmp_path, *acting)
+    assert rc == 2 and verdict is not None, out
+    assert (verdict["mode"], verdict["verdict"], verdict["reboot_pending"]) == (
+        "in", "degraded", True)
+    assert "draining -> in: a driver reboot is pending" in out
+    assert agent.read_text() == "up\n"
+    [finding] = verdict["findings"]
+    assert finding["severity"] == "warning" and str(marker) in finding["message"]
+    metrics = (tmp_path / "textfile" / "onecat.prom").read_text()
+    assert "onecat_node_in_rotation 1" in metrics and "onecat_watch_up 0" in metrics
+    rc, out, verdict = _look(libdir, "driver_library_mismatch", tmp_path, *acting)
+    assert verdict is not None and verdict["mode"] == "in" and " -> " not in out, out
+    # The reboot: the marker goes with /run, the new module loads, NVML reads again.
+    marker.unlink()
+    rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *acting)
+    assert rc == 0 and verdict is not None and verdict["mode"] == "in", out
+
+
 def test_acting_drains_then_holds_a_node_whose_engine_cannot_restart(
         libdir: Path, tmp_path: Path) -> None:
     """--act: the agent's answer goes drain, then out; a restart that fails holds it out;

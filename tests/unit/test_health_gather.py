@@ -75,7 +75,7 @@ EXPECTED = {
 
 def test_every_scenario_file_has_an_expectation() -> None:
     files = {p.stem for p in double.SCENARIOS.glob("*.scenario")}
-    assert files - {"driver_not_loaded"} == set(EXPECTED)
+    assert files - {"driver_not_loaded", "driver_library_mismatch"} == set(EXPECTED)
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
@@ -273,6 +273,15 @@ def test_module_entry_json_is_the_full_facts(libdir: Path) -> None:
     facts = json.loads(done.stdout)
     assert (done.returncode, facts["verdict"], facts["problems"]) == (0, "healthy", [])
     assert facts["gpus"][0]["processes"][0]["pid"] == 31337
+
+
+def test_a_driver_library_mismatch_is_one_line_that_says_reboot(libdir: Path) -> None:
+    """NVML error 18 after a driver upgrade is not "driver not loaded": the fix is a reboot."""
+    done = double.run_health(libdir, "driver_library_mismatch")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("onecat health: Driver/library version mismatch on ")
+    assert "NVML error 18" in done.stderr and "reboot the node" in done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
 
 
 def test_driver_not_loaded_is_one_clear_line_and_exit_2(libdir: Path) -> None:
