@@ -49,6 +49,12 @@ CANNOT_LOOK = "cannot_look"
 # The engine serves on the libraries it loaded; a drain here would take every node of a fleet
 # out at once on a driver update (issue 46). A warning: the node stays in.
 REBOOT_PENDING = "reboot_pending"
+# Faults that end by themselves, outside the card: sustained hardware slowdown (heat, the
+# power brake; throttle.py keeps it failed until its quiet stretch has passed). No rung clears
+# them and no operator needs to: the node is out while they last and back after (issue 46),
+# so a cooling failure along a row of racks does not leave every node in it held for a
+# `--release` each.
+SELF_CLEARING = frozenset({"throttle_sustained"})
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,8 @@ class Action:
 
 def initial_state() -> dict[str, Any]:
     return {"mode": IN, "since": None, "reason": "", "restartable": False, "restarts": [],
-            "blind": False, "rungs": [], "service": [], "faults": [], "order": None}
+            "blind": False, "clearing": False, "rungs": [], "service": [], "faults": [],
+            "order": None}
 
 
 def clip(text: str) -> str:
@@ -124,6 +131,12 @@ def _answer(mode: str, reason: str) -> str:
     if mode == SERVICE:
         return f"maint down #onecat-watch service required: {reason}"
     return f"maint down #onecat-watch {mode}: {reason}"
+
+
+def _self_clearing(faults: list[dict[str, Any]]) -> bool:
+    """Whether every remembered fault ends by itself (SELF_CLEARING)."""
+    return bool(faults) and all(isinstance(f, dict) and f.get("code") in SELF_CLEARING
+                                for f in faults)
 
 
 def _plan(faults: list[Finding]) -> remedies.Plan:
@@ -195,6 +208,10 @@ def step(
                      "faults": state.get("faults") or [], "fault_seen": state.get("since")}
             state["order"] = order["id"]
             go(REPAIRING, f"{allowed[0]} after: {state['reason']}")
+        elif _self_clearing(state.get("faults") or []):
+            state["reason"] = clip(f"out until it clears by itself: {state['reason']}")
+            state["clearing"] = True
+            go(HELD, state["reason"])
         else:
             state["reason"] = clip(f"{why}: {state['reason']}")
             go(HELD, state["reason"])
@@ -219,6 +236,15 @@ def step(
             transitions.append(f"{REPAIRING} -> {REPAIRING}: the repair runner is not running "
                                f"({stage}): started again")
         state["step"] = stage
+    elif mode == HELD and state.get("clearing"):
+        if not faults:
+            state.update(clearing=False, reason="", rungs=[], service=[], held_by=[], faults=[])
+            go(IN, "the condition cleared by itself")
+        elif not _self_clearing([f.as_dict() for f in faults]):
+            # Another fault while out: judged as any other (the ladder, or held).
+            _remember(state, faults)
+            state.update(clearing=False, reason=_clean_reason(findings))
+            climb("a fault no restart clears, while out for one that clears by itself")
     elif mode == DRAINING and state.get("blind"):
         if blind:
             pass  # still cannot look: stay drained, nothing else to decide
@@ -271,8 +297,8 @@ def release(saved: dict[str, Any] | None, now: float) -> Action:
     """An operator's `--release`: the node goes back in (the next look judges it afresh)."""
     state = {**initial_state(), **(saved or {})}
     was = state["mode"]
-    state.update(mode=IN, since=now, reason="", restartable=False, blind=False, rungs=[],
-                 service=[], faults=[], order=None)
+    state.update(mode=IN, since=now, reason="", restartable=False, blind=False, clearing=False,
+                 rungs=[], service=[], faults=[], order=None)
     if was == IN:
         return Action(state, "up", False, [])
     return Action(state, "up", False, [f"{was} -> {IN}: released by an operator"])

@@ -373,6 +373,45 @@ def test_a_power_brake_that_lasts_six_of_ten_minutes_drains(libdir: Path, tmp_pa
         sustained[0]["message"] and key.startswith("GPU-")
 
 
+def test_a_node_out_for_a_power_brake_comes_back_by_itself_once_quiet(
+        libdir: Path, tmp_path: Path) -> None:
+    """Issue 46: the watch as the timer runs it (--act), with the history it keeps: six braked
+    minutes drain the node, the next look holds it out until the brake clears by itself, and
+    a look after five quiet minutes readmits it, with no `--release`."""
+    agent = tmp_path / "gateway" / "watch-state"
+    acting = ["--act", "--agent-file", str(agent), "--interval", "60s"]
+    history_file = tmp_path / "state" / "throttle-history.json"
+
+    def braked_minutes_ago(*ago: int) -> None:
+        # The look that follows must fall in the same minute (the watch counts whole minutes).
+        while time.time() % 60 > 45:
+            time.sleep(0.5)
+        history = json.loads(history_file.read_text())
+        (_, by_cause), = history["minutes"].items()
+        now = int(time.time() // 60)
+        by_cause["power_brake"] = [now - a for a in ago]
+        history_file.write_text(json.dumps(history))
+
+    assert _look(libdir, "power_brake", tmp_path, *acting)[0] == 1
+    braked_minutes_ago(5, 4, 3, 2, 1)
+    rc, out, verdict = _look(libdir, "power_brake", tmp_path, *acting)
+    assert verdict is not None and verdict["mode"] == "draining", out
+    rc, out, verdict = _look(libdir, "power_brake", tmp_path, *acting)
+    assert verdict is not None and verdict["mode"] == "held", out
+    assert agent.read_text().startswith("maint down #onecat-watch held: out until it clears by "
+                                        "itself: GPU 0")
+    # Cool now, below gpud's rate, the last braked minute four minutes ago: still out.
+    braked_minutes_ago(8, 7, 6, 5, 4)
+    rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *acting)
+    assert verdict is not None and verdict["mode"] == "held", out
+    assert "out until 5 minutes pass without it" in verdict["findings"][0]["message"]
+    braked_minutes_ago(9, 8, 7, 6, 5)
+    rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *acting)
+    assert rc == 0 and verdict is not None and verdict["mode"] == "in", out
+    assert "held -> in: the condition cleared by itself" in out
+    assert agent.read_text() == "up\n"
+
+
 def test_a_fault_that_recurs_after_a_reboot_is_reported(libdir: Path, tmp_path: Path) -> None:
     """Baselines carry the boot id: the same Xid count in a new boot is a new fault."""
     boot = tmp_path / "boot_id"

@@ -240,6 +240,32 @@ def test_a_sustained_slowdown_fails_by_gpuds_rule_and_names_its_cause() -> None:
     assert history["looks"]["GPU-00000000"]["power_brake"] == 7
 
 
+def test_a_sustained_slowdown_stays_failed_until_five_quiet_minutes() -> None:
+    """Issue 46: once sustained, a cause stays failed while it flickers on (one hot minute in
+    four does not readmit the node) and clears after QUIET_S without a slowdown minute, so the
+    watch readmits a cooled node by itself; the message says how long it has been quiet."""
+    hot = _readings(_gpu(0, throttle_reasons=["hw_slowdown", "hw_thermal_slowdown"]), _gpu(1))
+    cool = _readings(_gpu(0), _gpu(1))
+    history: dict[str, Any] = {}
+    start = 1_800_000_000.0
+    for minute in range(6):
+        history = throttle.record(history, hot, start + 60 * minute)
+    assert _codes(throttle.findings(history, hot, start + 300)) == [(E, "throttle_sustained")]
+    # Cool for four minutes, hot once more, cool again: below gpud's rate from minute 9 on.
+    timeline = [cool] * 4 + [hot] + [cool] * 5
+    seen = []
+    for offset, readings in enumerate(timeline, start=6):
+        at = start + 60 * offset
+        history = throttle.record(history, readings, at)
+        seen.append(throttle.findings(history, readings, at))
+    assert [bool(found) for found in seen] == [True] * 9 + [False], seen
+    assert "the last 4 minute(s) ago: out until 5 minutes pass without it" in seen[8][0].message
+    assert history["sustained"] == {}
+    # The next failure needs gpud's rate again.
+    history = throttle.record(history, hot, start + 60 * 16)
+    assert throttle.findings(history, hot, start + 60 * 16) == []
+
+
 def test_slowdown_minutes_not_looks_count() -> None:
     brake = _readings(_gpu(0, throttle_reasons=["hw_slowdown"]), _gpu(1))
     history: dict[str, Any] = {}

@@ -160,3 +160,42 @@ def test_a_blind_node_that_sees_a_fault_again_is_judged_like_any_fault() -> None
     assert restarted.restart_engine and back.state["mode"] == act.IN
     held = _run([(0, [BLIND]), (60, [LOST]), (120, [LOST])])
     assert [a.state["mode"] for a in held] == [act.DRAINING, act.DRAINING, act.HELD]
+
+
+# Sustained hardware slowdown (throttle.py): it ends by itself when the room cools.
+SLOW = Finding(ERROR, "throttle_sustained", "GPU 0", "GPU 0: clocks cut by thermal in 6 of the "
+               "last 10 minutes")
+
+
+def test_a_slowdown_holds_the_node_while_it_lasts_and_readmits_it_by_itself() -> None:
+    """Issue 46: heat or the power brake no rung clears and no operator needs to: drained, out
+    while it lasts, back in at the first look without it (throttle.py's quiet stretch decides
+    when that is), with no restart and no `--release`."""
+    actions = _run([(0, [SLOW]), (60, [SLOW]), (120, [SLOW, HOT]), (1200, [SLOW]), (1260, [])])
+    assert [a.state["mode"] for a in actions] == [
+        act.DRAINING, act.HELD, act.HELD, act.HELD, act.IN]
+    assert not any(a.restart_engine or a.start_repair for a in actions)
+    assert actions[1].answer.startswith("maint down #onecat-watch held: out until it clears by "
+                                        "itself: GPU 0: clocks cut by thermal")
+    assert actions[2].transitions == [] and actions[3].transitions == []
+    assert actions[4].transitions == ["held -> in: the condition cleared by itself"]
+    assert actions[4].answer == "up" and actions[4].state["faults"] == []
+
+
+def test_a_fault_while_out_for_a_slowdown_is_judged_as_any_other() -> None:
+    """A lost GPU while the node is out for heat: held for it (no ladder here), and no longer
+    readmitted by a cool look."""
+    actions = _run([(0, [SLOW]), (60, [SLOW]), (120, [SLOW, LOST]), (180, [])])
+    assert [a.state["mode"] for a in actions] == [act.DRAINING, act.HELD, act.HELD, act.HELD]
+    assert "GPU 1 fell off the bus" in actions[2].state["reason"]
+    assert actions[3].state["mode"] == act.HELD and not actions[3].state["clearing"]
+
+
+def test_a_fault_no_rung_clears_still_waits_for_an_operator() -> None:
+    """Only what ends by itself readmits itself: a foreign process on a GPU (an operator's)
+    stays held after a clean look, until `--release`."""
+    foreign = Finding(ERROR, "foreign_process", "GPU 0", "GPU 0 is used by another process")
+    actions = _run([(0, [foreign]), (60, [foreign]), (120, [])])
+    assert [a.state["mode"] for a in actions] == [act.DRAINING, act.HELD, act.HELD]
+    released = act.release(actions[-1].state, 180)
+    assert released.state["mode"] == act.IN
