@@ -211,6 +211,18 @@ def key(value: object, allow_empty: bool = False) -> str | None:
             + (", or empty" if allow_empty else ""))
 
 
+# The fleet's floor (onecat/repair/floor.py): a count of nodes or a share of the fleet.
+FLOOR = re.compile(r"[0-9]{1,6}|(?:100|[0-9]{1,2})(?:\.[0-9]{1,3})?%")
+
+
+def floor(value: object) -> str | None:
+    """The fleet's floor: a count of nodes (0 to 999999) or a share of the fleet (0% to 100%)."""
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and FLOOR.fullmatch(
+            str(value).strip()):
+        return None
+    return "a count of nodes (1) or a share of the fleet (25%)"
+
+
 KINDS: dict[str, Checker] = {
     "address": address,
     "ip": ip_address,
@@ -224,6 +236,7 @@ KINDS: dict[str, Checker] = {
     "systemd_timespan": systemd_timespan,
     "user": user_name,
     "key": key,
+    "floor": floor,
 }
 # Kinds whose value is never shown in a message.
 SECRET_KINDS = frozenset({"key"})

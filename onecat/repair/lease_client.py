@@ -103,3 +103,22 @@ def release(url: str, node: str, token: str, timeout_s: float = 5.0) -> bool | N
     if status != 200 or not isinstance(data, dict) or not isinstance(data.get("released"), bool):
         return None
     return data["released"]
+
+
+def out(url: str, node: str, token: str, reason: str, ttl_s: float = 120.0,
+        timeout_s: float = 5.0) -> tuple[bool, str]:
+    """Ask the fleet's floor whether `node` may leave rotation (the server's /v1/out):
+    (granted, why). No valid answer is a refusal that says why: a node whose floor cannot
+    be asked keeps serving (its cause does not make answers wrong; floor.py)."""
+    try:
+        status, data = _call(url, "/v1/out", token,
+                             {"node": node, "reason": reason, "ttl_s": ttl_s}, timeout_s)
+    except Exception as error:  # never raises: the caller keeps the node in
+        return False, f"the fleet's floor cannot be asked: {_why(error)}"
+    why = _one_line(data.get("why")) if isinstance(data, dict) else ""
+    granted = isinstance(data, dict) and data.get("granted") is True
+    if status == 200 and granted:
+        return True, why
+    if status == 409 and isinstance(data, dict) and data.get("granted") is False:
+        return False, why or "the fleet's floor keeps it in"
+    return False, (f"the fleet's floor answered HTTP {status}" + (f": {why}" if why else ""))

@@ -13,6 +13,16 @@ The API (JSON in and out; stdlib only, roles/gateway installs it as onecat-repai
                       409 {"granted": false, "expires": null, "holders": [...], "max_parallel": M}
     POST /v1/release  {"node": N}            200 {"released": true|false}
     GET  /v1/leases                          200 {"holders": [...], "max_parallel": M}
+    POST /v1/out      {"node": N, "reason": TEXT, "ttl_s": S}
+                      200 {"granted": true, "floor": F, "in_rotation": [...], "why": TEXT}
+                      409 {"granted": false, ...}: the fleet's floor keeps the node in
+
+/v1/out is the fleet's floor (floor.py, issue 46): a node's watch asks before it drains for a
+cause that does not make answers wrong. The server reads which nodes the gateway on this host
+has in rotation (HAProxy's admin socket) and grants unless the node's leaving would leave
+fewer than the floor there, counting the nodes granted a moment ago that the gateway may not
+show out yet (their grant lasts ttl_s, in memory: a restart forgets them, and HAProxy shows
+them out by then). A rotation it cannot read refuses (503): the node keeps serving.
 
 Each node has its own token, HMAC-SHA256(secret, node name) in hex, sent as
 `Authorization: Bearer TOKEN`; the node in the body must be the token's. GET /v1/leases takes
@@ -44,7 +54,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from . import lease
+from onecat.gateway import runtime
+
+from . import floor, lease
 
 MAX_BODY = 4096
 # A connection that sends nothing for this long is closed: a slow client holds a thread,
@@ -60,7 +72,7 @@ MAX_SECRET_BYTES = 4096
 MIN_SECRET_CHARS = 32
 ADMIN = "@admin"
 TOKEN_HEX = 64
-PATHS = {"/v1/lease": "POST", "/v1/release": "POST", "/v1/leases": "GET"}
+PATHS = {"/v1/lease": "POST", "/v1/release": "POST", "/v1/leases": "GET", "/v1/out": "POST"}
 
 
 def token_for(secret: bytes, node: str) -> str:
@@ -125,8 +137,14 @@ class Service:
     def __init__(self, state_path: str, secret: bytes, max_parallel: int,
                  min_ttl_s: float = lease.MIN_TTL_S, clock: Callable[[], float] = time.time,
                  log: Callable[[str], None] | None = None,
-                 save: Callable[[str, str], None] = save_atomically) -> None:
+                 save: Callable[[str, str], None] = save_atomically, min_in_rotation: int = 0,
+                 rotation: Callable[[], set[str]] | None = None) -> None:
         self.state_path = state_path
+        # The floor (/v1/out): the fewest nodes an automatic drain leaves in rotation, and
+        # what reads the rotation (None: no gateway here, every way out is granted).
+        self.min_in_rotation = min_in_rotation
+        self.rotation = rotation
+        self.going_out = lease.Book()
         self.secret = secret
         self.max_parallel = max_parallel
         self.min_ttl_s = min_ttl_s
@@ -244,6 +262,32 @@ class Service:
             self._commit(book)
             return 200, {"holders": book.holders(), "max_parallel": self.max_parallel}
 
+    def out(self, node: str, reason: str, ttl_s: float) -> tuple[int, dict[str, Any]]:
+        """The floor's answer to a node that wants out of rotation (floor.decide)."""
+        ttl = lease.clamp_ttl(ttl_s, self.min_ttl_s, lease.MAX_TTL_S)
+        shown = lease.clean_reason(reason)
+        answer: dict[str, Any] = {"granted": True, "floor": self.min_in_rotation,
+                                  "in_rotation": [], "why": "no floor: no gateway on this host"}
+        with self.lock:
+            now = self.clock()
+            self.going_out, _ = lease.drop_expired(self.going_out, now)
+            if self.rotation is not None and self.min_in_rotation > 0:
+                try:
+                    serving = self.rotation()
+                except (OSError, ValueError, runtime.RuntimeApiError) as error:
+                    why = f"the gateway's rotation cannot be read: {printable(error)}"
+                    self.log(f"refused out node={node} reason={shown!r}: {why}")
+                    return 503, {**answer, "granted": False, "why": why, "error": why}
+                others = {held.node for held in self.going_out.leases if held.node != node}
+                granted, why = floor.decide(node, serving, others, self.min_in_rotation)
+                answer.update(granted=granted, why=why, in_rotation=sorted(serving))
+            if answer["granted"]:
+                self.going_out, _ = lease.take(self.going_out, node, reason, ttl, now,
+                                               len(self.going_out.leases) + 1)
+        self.log(f"{'granted' if answer['granted'] else 'refused'} out node={node} "
+                 f"reason={shown!r}: {answer['why']}")
+        return (200 if answer["granted"] else 409), answer
+
     # One request -------------------------------------------------------------------------
 
     def handle(self, method: str, path: str, authorization: str | None, body: bytes | None,
@@ -290,6 +334,8 @@ class Service:
             lease.clamp_ttl(data.get("ttl_s"))
         except ValueError as error:
             return 400, {"error": str(error)}
+        if path == "/v1/out":
+            return self.out(node, reason, data["ttl_s"])
         return self.take(node, reason, data["ttl_s"])
 
 
@@ -429,6 +475,14 @@ def make_server(listen: tuple[str, int], service: Service) -> Server:
     return Server(listen, handler)
 
 
+def haproxy_rotation(socket_path: str, backend: str) -> Callable[[], set[str]]:
+    """What reads the servers this host's HAProxy sends requests to (UP, not DRAIN/MAINT/DOWN)."""
+    def read() -> set[str]:
+        states = runtime.rotation(runtime.Runtime(socket_path).stat(), backend)
+        return {name for name, status in states.items() if runtime.in_rotation(status)}
+    return read
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """HOST:PORT or [IPV6]:PORT; argparse's error otherwise."""
     host, sep, port = text.rpartition(":")
@@ -469,6 +523,12 @@ def main(argv: list[str] | None = None) -> int:
                        help="nodes of the fleet (for --max-parallel 0)")
     serve.add_argument("--min-ttl", type=_seconds, default=lease.MIN_TTL_S,
                        help="shortest lease granted (seconds; lower only in tests)")
+    serve.add_argument("--min-in-rotation", default="0", metavar="N|P%",
+                       help="the fleet's floor: nodes an automatic drain leaves in rotation "
+                            "(a count, or a share of --fleet-size); 0: no floor")
+    serve.add_argument("--admin-socket", default="",
+                       help="this host's HAProxy admin socket, read for the rotation")
+    serve.add_argument("--backend", default="onecat_nodes", help="the nodes' back end")
     token = commands.add_parser("token", help="print a node's (or the admin's) token")
     token.add_argument("--secret-file", required=True)
     who = token.add_mutually_exclusive_group(required=True)
@@ -492,7 +552,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     bound = lease.max_parallel_for(args.fleet_size, args.max_parallel)
-    service = Service(args.state, secret, bound, min_ttl_s=args.min_ttl)
+    try:
+        minimum = floor.count(args.min_in_rotation, args.fleet_size)
+    except ValueError as error:
+        print(f"onecat repair lease: --min-in-rotation: {error}", file=sys.stderr)
+        return 2
+    service = Service(args.state, secret, bound, min_ttl_s=args.min_ttl,
+                      min_in_rotation=minimum,
+                      rotation=haproxy_rotation(args.admin_socket, args.backend)
+                      if args.admin_socket else None)
     try:
         server = make_server(args.listen, service)
     except OSError as error:
@@ -500,7 +568,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{error.strerror}", file=sys.stderr)
         return 1
     service.log(f"listening on {args.listen[0]}:{args.listen[1]}, at most {bound} node(s) "
-                f"in repair at once, {len(service.book.leases)} lease(s) held")
+                f"in repair at once, {len(service.book.leases)} lease(s) held, a floor of "
+                f"{minimum} node(s) in rotation"
+                + (f" at {args.admin_socket}" if args.admin_socket else " (no gateway read)"))
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from onecat.files import write_atomic
 from onecat.health.nvml import LIB_RM_VERSION_MISMATCH, NvmlUnavailable
+from onecat.repair import lease_client
 from onecat.serve.gate import key_from_env_file
 
 from . import act
@@ -86,7 +87,24 @@ def _acting(args: argparse.Namespace) -> Acting | None:
     ladder = Ladder(args.repair_dir, _systemctl("start", args.repair_unit),
                     _active(args.repair_unit), args.serving_record,
                     args.recurrence_window) if args.repair_unit else None
-    return Acting(args.agent_file, _systemctl("restart", args.engine_unit), policy, ladder)
+    return Acting(args.agent_file, _systemctl("restart", args.engine_unit), policy, ladder,
+                  _floor(args))
+
+
+def _floor(args: argparse.Namespace) -> Callable[[str], tuple[bool, str]] | None:
+    """The fleet's floor on the gateway host (--floor-url), asked as this node (--node, with
+    its lease token); None without one (no gateway: nothing to keep)."""
+    if not args.floor_url:
+        return None
+    try:
+        token = args.floor_token_file.read_text().strip() if args.floor_token_file else ""
+    except OSError:
+        token = ""  # the server refuses it (401): the node stays in and says why
+    node = args.node or platform.node()
+
+    def ask(reason: str) -> tuple[bool, str]:
+        return lease_client.out(args.floor_url, node, token, reason)
+    return ask
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -263,6 +281,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--expected-gpus", type=int, metavar="N",
                         help="GPUs the node must have, as the health stage's check "
                              "(onecat_expected_gpus; default: the health check's, 2)")
+    parser.add_argument("--floor-url", default="",
+                        help="the gateway host's lease server: asked before a drain for a "
+                             "cause that does not make answers wrong (the fleet's floor); "
+                             "empty: no floor")
+    parser.add_argument("--floor-token-file", type=Path,
+                        help="this node's lease token (roles/gateway repair_lease_token)")
+    parser.add_argument("--node", default="",
+                        help="this node's inventory name, the token's (default: the host name)")
     parser.add_argument("--reboot-marker", type=Path, default=REBOOT_MARKER,
                         help="the driver stage's marker of a pending reboot: NVML's "
                              "Driver/library version mismatch while it exists keeps the node "

@@ -105,8 +105,8 @@ class Action:
 
 def initial_state() -> dict[str, Any]:
     return {"mode": IN, "since": None, "reason": "", "restartable": False, "restarts": [],
-            "blind": False, "clearing": False, "rungs": [], "service": [], "faults": [],
-            "order": None}
+            "blind": False, "clearing": False, "floor": "", "rungs": [], "service": [],
+            "faults": [], "order": None}
 
 
 def clip(text: str) -> str:
@@ -157,13 +157,17 @@ def step(
     policy: Policy | None = None,
     probe_unreachable: bool = False,
     repair: Repair | None = None,
+    floor_refused: str = "",
 ) -> Action:
     """One look's decision.
 
     `probe_unreachable`: the quality probe could not reach the server at all (an engine
     still loading after a restart): not back yet. A server that does not answer is the
     gateway's own health check's business (look.py makes it a warning), not a fault here.
-    `repair`: the ladder's view (None: no ladder, a node is held for an operator)."""
+    `repair`: the ladder's view (None: no ladder, a node is held for an operator).
+    `floor_refused`: the fleet's floor refused this node's way out (why; look.py asked it,
+    only for a node in rotation whose faults do not make answers wrong: onecat/repair/
+    floor.py): it stays in, serving, and says so on every look."""
     policy = policy or Policy()
     repair = repair or Repair()
     state = {**initial_state(), **(saved or {})}
@@ -173,6 +177,7 @@ def step(
     state["restarts"] = recent
     faults = [f for f in findings if f.severity == ERROR]
     mode, transitions, restart = state["mode"], [], False
+    state["floor"] = ""
     order: dict[str, Any] | None = None
     report = False
 
@@ -259,6 +264,9 @@ def step(
             state.update(blind=False, reason=_clean_reason(findings), restartable=(
                 policy.restart and not recent and state["rungs"][:1] == [remedies.RESTART]))
             transitions.append(f"{DRAINING} -> {DRAINING}: {state['reason']}")
+    elif mode == IN and faults and floor_refused:
+        state["floor"] = clip(f"{floor_refused}; its fault: {_clean_reason(findings)}")
+        transitions.append(f"{IN} -> {IN}: kept in: {state['floor']}")
     elif mode == IN and faults:
         state["reason"] = _clean_reason(findings)
         state["blind"] = blind

@@ -32,6 +32,7 @@ from onecat.files import read_json, write_atomic, write_json
 from onecat.health.judge import ERROR, WARNING, Thresholds
 from onecat.health.nvml import gather
 from onecat.repair import files as repair_files
+from onecat.repair import floor
 from onecat.repair import history as repair_history
 
 from . import act, throttle
@@ -96,6 +97,9 @@ class Acting:
     policy: act.Policy = field(default_factory=act.Policy)
     # The repair ladder (policy.repair), None: a fault no restart clears is held.
     ladder: Ladder | None = None
+    # The fleet's floor (the gateway host's /v1/out, onecat/repair/floor.py): asked with the
+    # fault, answers (granted, why). None: no floor (no gateway).
+    floor: Callable[[str], tuple[bool, str]] | None = None
 
 
 def answer_agent(agent_file: Path, answer: str) -> None:
@@ -249,6 +253,18 @@ def _service_report(ladder: Ladder, decided: act.Action, readings: dict[str, Any
     decided.transitions.append(f"service report: {document['summary'][:200]}")
 
 
+def _floor_refused(acting: Acting, saved: Any, findings: list[Finding]) -> str:
+    """Why the fleet's floor keeps this node in ("" when it may leave, or need not ask): asked
+    only by a node in rotation whose faults do not make answers wrong (floor.py)."""
+    faults = [f for f in findings if f.severity == ERROR]
+    mode = saved.get("mode", act.IN) if isinstance(saved, dict) else act.IN
+    if acting.floor is None or not faults or mode != act.IN or floor.wrong_answers(
+            f.code for f in faults):
+        return ""
+    granted, why = acting.floor("; ".join(f.message for f in faults)[:200])
+    return "" if granted else why or "the fleet's floor keeps it in"
+
+
 def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: float,
          probe_unreachable: bool = False, stale_after_s: float | None = None,
          readings: dict[str, Any] | None = None, previous: dict[str, Any] | None = None,
@@ -260,8 +276,10 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
         return None, [], ""
     ladder = acting.ladder if acting.policy.repair else None
     repair = _repair_view(ladder, findings, readings, now, previous)
-    decided = act.step(read_json(state_dir / ACTION_FILE), findings, now, acting.policy,
-                       probe_unreachable=probe_unreachable, repair=repair)
+    saved = read_json(state_dir / ACTION_FILE)
+    decided = act.step(saved, findings, now, acting.policy,
+                       probe_unreachable=probe_unreachable, repair=repair,
+                       floor_refused=_floor_refused(acting, saved, findings))
     if decided.restart_engine:
         failure = acting.restart_engine()
         if failure:
@@ -289,6 +307,8 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
         answer_agent(acting.agent_file, decided.answer)
     mode = decided.state["mode"]
     reason = "" if mode == act.IN else str(decided.state.get("reason") or "")
+    if mode == act.IN and decided.state.get("floor"):
+        reason = f"kept in by the fleet's floor: {decided.state['floor']}"
     if mode == act.REPAIRING:
         reason = f"{decided.state.get('step') or 'ordered'}: {reason}"
     return mode, decided.transitions, reason
@@ -325,7 +345,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
     write_atomic(state_dir / THROTTLE_FILE, json.dumps(history, sort_keys=True) + "\n", 0o600)
     document = {"verdict": result, "state_verdict": verdict(state), "at": stamp,
                 "first_look": previous is None, "boot_id": readings["boot_id"], "mode": mode,
-                "reason": reason,
+                "reason": reason, "floor_held": mode == act.IN and bool(reason),
                 "last_success": stamp, "stale_after": _stale_after(now, stale_after_s),
                 "transitions": transitions,
                 "gpus": len(readings.get("gpus") or []),
@@ -343,7 +363,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
             probe_ok=all(r.ok for r in results) if results else None,
             probe_seconds=sum(r.seconds for r in results) if results else None, mode=mode,
             last_success=now, throttle_looks=history.get("looks"),
-            repairs=_repair_counts(acting)))
+            repairs=_repair_counts(acting), floor_held=mode == act.IN and bool(reason)))
     return result, findings, transitions
 
 
@@ -405,12 +425,13 @@ def cannot_look(why: str, state_dir: Path, verdict_file: Path, metrics_file: Pat
     last = _last_success(state_dir)
     document = {"verdict": verdict(findings), "state_verdict": None, "at": _stamp(now),
                 "cannot_look": why, "reboot_pending": bool(reboot_pending),
-                "mode": mode, "reason": reason,
+                "mode": mode, "reason": reason, "floor_held": mode == act.IN and bool(reason),
                 "transitions": transitions, "stale_after": _stale_after(now, stale_after_s),
                 "last_success": None if last is None else _stamp(last),
                 "findings": [finding.as_dict() for finding in findings], "probe": None}
     write_json(verdict_file, document)
     if metrics_file is not None and metrics_file.parent.is_dir():
         write_atomic(metrics_file, render({}, verdict(findings), findings, mode=mode, up=False,
-                                          last_success=last))
+                                          last_success=last,
+                                          floor_held=mode == act.IN and bool(reason)))
     return transitions

@@ -59,7 +59,7 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
            mode: str | None = None, up: bool = True,
            last_success: float | None = None,
            throttle_looks: dict[str, Any] | None = None,
-           repairs: dict[str, int] | None = None) -> str:
+           repairs: dict[str, int] | None = None, floor_held: bool = False) -> str:
     """The metrics file's text for one look at the node; `up` is False for a look that could
     not complete (then `readings` is empty and only the watch's own state is written)."""
     lines = [
@@ -140,6 +140,10 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
         _metric(lines, "onecat_watch_mode", "gauge",
                 "The watch's mode: " + ", ".join(f"{i} {m}" for i, m in enumerate(MODES)) + ".")
         lines.append(f"onecat_watch_mode {MODES.index(mode) if mode in MODES else -1}")
+        _metric(lines, "onecat_node_floor_held", "gauge",
+                "Whether the fleet's floor keeps the node in although its watch would drain it "
+                "(1): alert on it, the node serves with a fault.")
+        lines.append(f"onecat_node_floor_held {int(floor_held)}")
     if repairs is not None:
         # Counters: they only grow (history.json keeps them across reboots).
         _metric(lines, "onecat_repairs_total", "counter",

@@ -10,14 +10,10 @@ fails closed when nothing (or garbage) answers.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
-import http.client
 import json
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -33,71 +29,9 @@ from onecat.repair import lease_client, lease_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway_harness import free_port
+from lease_harness import SECRET, LeaseServer, token
 
 REPO = Path(__file__).resolve().parents[2]
-SECRET = "s3cret-for-tests-0123456789abcdefghijklmnop"
-
-
-def token(node: str) -> str:
-    """The token scheme, computed here independently of the server's code."""
-    return hmac.new(SECRET.encode(), node.encode(), hashlib.sha256).hexdigest()
-
-
-class LeaseServer:
-    """One server process; restart() starts another on the same port, state and secret."""
-
-    def __init__(self, folder: Path, max_parallel: int = 1, fleet_size: int = 0) -> None:
-        self.folder = folder
-        self.secret = folder / "secret"
-        self.secret.write_text(SECRET + "\n")
-        self.secret.chmod(0o600)
-        self.state = folder / "leases.json"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.max_parallel = max_parallel
-        self.fleet_size = fleet_size
-        self.log = folder / "server.log"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> LeaseServer:
-        with self.log.open("a") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "onecat.repair.lease_server", "serve",
-                 "--listen", f"127.0.0.1:{self.port}", "--state", str(self.state),
-                 "--secret-file", str(self.secret), "--max-parallel", str(self.max_parallel),
-                 "--fleet-size", str(self.fleet_size), "--min-ttl", "1"],
-                cwd=REPO, stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(REPO)})
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()
-            with contextlib.suppress(OSError):
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            time.sleep(0.05)
-        raise AssertionError("the lease server did not listen: " + self.log.read_text())
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)  # a crash: no chance to save anything more
-            self.proc.wait(10)
-
-    def restart(self) -> None:
-        self.kill()
-        self.start()
-
-    def request(self, method: str, path: str, body: bytes | dict | None = None,
-                auth: str | None = None, headers: dict | None = None) -> tuple[int, dict]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        data = json.dumps(body).encode() if isinstance(body, dict) else body
-        sent = {**({"Authorization": f"Bearer {auth}"} if auth else {}), **(headers or {})}
-        conn.request(method, path, body=data, headers=sent)
-        response = conn.getresponse()
-        raw = response.read()
-        conn.close()
-        return response.status, json.loads(raw)
-
-    def events(self) -> str:
-        return self.log.read_text()
 
 
 @pytest.fixture
@@ -393,12 +327,15 @@ def test_the_roles_unit_runs_the_server_it_describes(tmp_path) -> None:
         gateway_repair_lease_address="127.0.0.1", gateway_repair_lease_install_dir=str(REPO),
         gateway_repair_lease_python=sys.executable,
         __gateway_repair_lease_state_file=str(tmp_path / "leases.json"),
-        __gateway_repair_lease_secret_file=str(secret))
+        __gateway_repair_lease_secret_file=str(secret), gateway_fleet_min_in_rotation="25%",
+        gateway_admin_socket=str(tmp_path / "admin.sock"))
     lines = dict(line.split("=", 1) for line in unit.splitlines()
                  if "=" in line and not line.startswith("#"))
     assert lines["Restart"] == "on-failure" and lines["Environment"] == f"PYTHONPATH={REPO}"
     argv = shlex.split(lines["ExecStart"])
     assert f"127.0.0.1:{port}" in argv
+    assert argv[argv.index("--min-in-rotation") + 1] == "25%"
+    assert argv[argv.index("--admin-socket") + 1] == str(tmp_path / "admin.sock")
     proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -199,3 +199,17 @@ def test_a_fault_no_rung_clears_still_waits_for_an_operator() -> None:
     assert [a.state["mode"] for a in actions] == [act.DRAINING, act.HELD, act.HELD]
     released = act.release(actions[-1].state, 180)
     assert released.state["mode"] == act.IN
+
+
+def test_the_floor_keeps_a_node_in_and_says_so_on_every_look() -> None:
+    """Issue 46: the floor refused (look.py asked it): the node stays in, serving, its answer
+    `up`, and every look says why; once the floor lets it go, it drains as usual."""
+    refused = "the fleet's floor keeps n1 in: 0 other node(s) in rotation (none), the floor is 1"
+    first = act.step(None, [SLOW], 0, POLICY, floor_refused=refused)
+    second = act.step(first.state, [SLOW], 60, POLICY, floor_refused=refused)
+    for action in (first, second):
+        assert action.state["mode"] == act.IN and action.answer == "up"
+        assert action.transitions == [f"in -> in: kept in: {refused}; its fault: "
+                                      "GPU 0: clocks cut by thermal in 6 of the last 10 minutes"]
+    let_go = act.step(second.state, [SLOW], 120, POLICY)
+    assert let_go.state["mode"] == act.DRAINING and let_go.state["floor"] == ""
