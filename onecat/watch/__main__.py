@@ -137,6 +137,14 @@ def _request_repair(args: argparse.Namespace) -> int:
         saved = json.loads(path.read_text()) if path.exists() else None
     except (OSError, ValueError):
         saved = None
+    mode = saved.get("mode", act.IN) if isinstance(saved, dict) else act.IN
+    if acting.floor is not None and mode == act.IN and not args.ignore_floor:
+        granted, why = acting.floor("a repair ordered by an operator")
+        if not granted:
+            print(f"onecat watch: the repair of {platform.node()} is refused: {why}. Repair "
+                  "it once another node is back in rotation, or order it with --all (onecat "
+                  "repair --all) to take it out anyway", file=sys.stderr)
+            return EXIT_FINDINGS
     now = time.time()
     decided = act.request_repair(saved if isinstance(saved, dict) else None, now, acting.policy)
     try:
@@ -287,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "empty: no floor")
     parser.add_argument("--floor-token-file", type=Path,
                         help="this node's lease token (roles/gateway repair_lease_token)")
+    parser.add_argument("--ignore-floor", action="store_true",
+                        help="with --repair: order it even below the fleet's floor")
     parser.add_argument("--node", default="",
                         help="this node's inventory name, the token's (default: the host name)")
     parser.add_argument("--reboot-marker", type=Path, default=REBOOT_MARKER,

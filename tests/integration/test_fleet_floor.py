@@ -95,12 +95,33 @@ def test_a_power_brake_on_the_last_nodes_keeps_them_in_a_lost_gpu_does_not(
                 assert "onecat_node_in_rotation 1" in metrics
                 assert "refused out node=node-a" in server.events()
 
-                # A lost GPU makes answers wrong: it drains whatever the floor says.
+                # An operator's repair order for node-b, in rotation: refused by the floor,
+                # nothing changed on the node; with --ignore-floor (onecat repair --all) it
+                # goes through.
                 b = tmp_path / "node-b"
+                order = [sys.executable, "-m", "onecat.watch", "--repair", "--state-dir",
+                         str(b / "state"), "--act", "--agent-file", str(b / "watch-state"),
+                         "--repair-unit", "onecat-no-such-runner.service", "--repair-dir",
+                         str(b / "repair"), "--floor-url", server.url, "--floor-token-file",
+                         str(a / "node-b.token"), "--node", "node-b"]
+                (a / "node-b.token").write_text(token("node-b") + "\n")
+                refused = subprocess.run(order, capture_output=True, text=True, check=False,
+                                         cwd=double.REPO, timeout=60)
+                assert refused.returncode == 1, refused.stdout + refused.stderr
+                assert "the repair of" in refused.stderr and "is refused: the fleet's floor " \
+                    "keeps node-b in" in refused.stderr and "onecat repair --all" in refused.stderr
+                assert not (b / "state" / "action.json").exists()
+                forced = subprocess.run([*order, "--ignore-floor"], capture_output=True,
+                                        text=True, check=False, cwd=double.REPO, timeout=60)
+                assert "in -> repairing: requested by an operator" in forced.stdout, forced
+                (b / "state" / "action.json").unlink()
+
+                # A lost GPU makes answers wrong: it drains whatever the floor says.
                 assert _look(libdir, "healthy_pcie_pair", b, server.url, "node-b")[0] == 0
+                asked = server.events().count("out node=node-b")
                 _, out, verdict = _look(libdir, "gpu_lost", b, server.url, "node-b")
                 assert verdict["mode"] == "draining" and not verdict["floor_held"], out
-                assert "out node=node-b" not in server.events()
+                assert server.events().count("out node=node-b") == asked  # not even asked
             finally:
                 server.kill()
             # A floor of one: node-a may go while node-b serves.
