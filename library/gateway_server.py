@@ -15,6 +15,8 @@ description:
   - "Does nothing, successfully, when no gateway runs yet (no admin socket) or the server is
     not in the back end (the node never passed a gate): there is nothing to drain."
   - Reports C(changed) when the server's administrative state changed.
+  - "With O(state=query) and no O(server), reads every server of the back end (RETURN
+    C(servers)): C(onecat status) shows each gateway's own view of the nodes."
 version_added: "0.2.0"
 author: onecat developers
 options:
@@ -27,9 +29,9 @@ options:
     type: str
     default: onecat_nodes
   server:
-    description: Server name (the node's inventory name).
+    description: "Server name (the node's inventory name). Required unless O(state=query);
+      a query without it reads the whole back end."
     type: str
-    required: true
   state:
     description: Administrative state to set; C(query) only reads it.
     type: str
@@ -61,7 +63,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 present:
-  description: Whether a gateway runs and the server is in its back end.
+  description: "Whether a gateway runs and the server is in its back end (without O(server):
+    the back end is)."
   returned: always
   type: bool
 previous:
@@ -86,6 +89,13 @@ rotation:
   returned: always
   type: dict
   sample: {"fleet-a": "MAINT", "fleet-b": "UP"}
+servers:
+  description: Each server of the back end, when present (before any change), with its status
+    and the last word of its agent check (HAProxy's C(last_agt), e.g. C(held ...)).
+  returned: always
+  type: dict
+  sample: {"fleet-a": {"status": "MAINT", "agent": "maint"}, "fleet-b": {"status": "UP",
+           "agent": "Layer7 check passed"}}
 last_in_rotation:
   description: Whether the server takes requests and no other server of the back end does,
     before any change (taking it out then leaves every client without a server).
@@ -104,10 +114,28 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.onecat.gateway.runtime import (
     Runtime,
     RuntimeApiError,
+    in_rotation,
     last_in_rotation,
     rotation,
     server_status,
+    servers,
 )
+
+
+def every_server(rows: list[dict[str, str]], backend: str) -> dict[str, dict[str, str]]:
+    return {s.server: {"status": s.status, "agent": s.agent} for s in servers(rows, backend)}
+
+
+def backend_present(module: AnsibleModule, gateway: str, backend: str,
+                    rows: list[dict[str, str]], result: dict) -> None:
+    """A query without a server: the whole back end's servers, and nothing else to do."""
+    present = any(row.get("pxname") == backend for row in rows)
+    states = rotation(rows, backend)
+    result.update(present=present, rotation=states, servers=every_server(rows, backend))
+    module.exit_json(changed=False, msg=(
+        f"{gateway}: {backend}: {sum(in_rotation(s) for s in states.values())} of "
+        f"{len(states)} server(s) in rotation" if present
+        else f"{gateway}: no back end {backend} in the gateway's configuration"), **result)
 
 
 def main() -> None:
@@ -115,19 +143,20 @@ def main() -> None:
         argument_spec={
             "socket": {"type": "str", "default": "/run/haproxy/admin.sock"},
             "backend": {"type": "str", "default": "onecat_nodes"},
-            "server": {"type": "str", "required": True},
+            "server": {"type": "str"},
             "state": {"type": "str", "default": "query",
                       "choices": ["drain", "maint", "ready", "query"]},
             "master_socket": {"type": "str", "default": "/run/haproxy-master.sock"},
             "wait_idle": {"type": "float", "default": 0},
             "fail_on_busy": {"type": "bool", "default": False},
         },
+        required_if=[("state", state, ["server"]) for state in ("drain", "maint", "ready")],
         supports_check_mode=True,
     )
     p = module.params
     gateway = platform.node() or "the gateway"
     result = {"present": False, "previous": "", "admin": "", "sessions": 0, "waited": 0.0,
-              "rotation": {}, "last_in_rotation": False}
+              "rotation": {}, "servers": {}, "last_in_rotation": False}
     if p["socket"].startswith("/") and not os.path.exists(p["socket"]):
         module.exit_json(changed=False, msg=f"{gateway}: no gateway runs here yet "
                                             f"({p['socket']} is absent): nothing to do", **result)
@@ -137,6 +166,8 @@ def main() -> None:
     where = f"{gateway}: {p['backend']}/{p['server']}"
     try:
         rows = runtime.stat()
+        if not p["server"]:
+            backend_present(module, gateway, p["backend"], rows, result)
         status = server_status(rows, p["backend"], p["server"])
         if status is None:
             module.exit_json(changed=False, msg=f"{where} is not in the gateway's back end "
@@ -145,6 +176,7 @@ def main() -> None:
         states = rotation(rows, p["backend"])
         result.update(present=True, previous=status.admin, admin=status.admin,
                       sessions=status.sessions, rotation=states,
+                      servers=every_server(rows, p["backend"]),
                       last_in_rotation=last_in_rotation(states, p["server"]))
         state = p["state"]
         changed = state != "query" and status.admin != state

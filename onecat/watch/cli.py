@@ -1,16 +1,17 @@
 """`onecat status -i INVENTORY`: the fleet now (verdict, watch mode, serving, gateway, last
-probe, findings), one row per node, from the files each node's watch writes."""
+probe, findings), one row per node, from the files each node's watch writes, and each
+gateway's own HAProxy view of the nodes (a disagreement with the node is flagged)."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 
 from onecat.fleet.deploy import inventory_usable
 from onecat.fleet.runner import print_outcome, run_playbook
 
-from .status import newest_rollout, render, rows_from_document
+from .status import newest_rollout, read_gateways, read_json, report
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -23,21 +24,28 @@ def run_status(args: argparse.Namespace) -> int:
     if not status.is_file():
         print_outcome(outcome)
         return 1
+    document, error = read_json(status)
+    if error or not isinstance(document, dict):
+        print(f"onecat status: {error or f'{status} is not a JSON object of nodes'}",
+              file=sys.stderr)
+        return 1
     run_id, rollout = newest_rollout(outcome.run_dir.parent)
-    rows = rows_from_document(json.loads(status.read_text()), rollout=rollout)
-    print(render(rows))
-    if rollout:
-        print(f"(held at a stage: as the newest rollout, {run_id}, left them)")
+    gateways, gateways_error = read_gateways(status.with_name("gateways.json"))
+    table = report(document, gateways, rollout, run_id, gateways_error=gateways_error)
+    print(table.text)
     for host in outcome.failed_hosts:
         for error in outcome.hosts[host].errors:
             print(f"{host}: {error}")
-    return 0 if outcome.rc == 0 and all(r["verdict"] == "healthy" for r in rows) else 1
+    # A gateway that disagrees with a node is not a healthy fleet, whatever the watches say.
+    return 0 if outcome.rc == 0 and not table.flags and all(
+        r["verdict"] == "healthy" for r in table.rows) else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
-        help="the fleet now: each node's watch verdict, serving and gateway state",
+        help="the fleet now: each node's watch verdict, serving and gateway state, and "
+             "each gateway's own view",
         description=__doc__,
     )
     parser.add_argument("-i", "--inventory", required=True, help="inventory file or folder")

@@ -20,7 +20,8 @@ def test_a_healthy_serving_node_in_rotation() -> None:
     node = {"serving": True, "in_rotation": True}
     assert row("fleet-a", verdict, node, NOW) == {
         "node": "fleet-a", "verdict": "healthy", "watch": "in", "serving": "yes",
-        "gateway": "in", "state": "healthy", "reason": "-", "last success": "30 s ago",
+        "gateway": "in", "at gateways": "-", "state": "healthy", "reason": "-",
+        "last success": "30 s ago",
         "probe": "ok (0.8 s)", "ECC c/u": "12/0", "max °C": "71", "findings": "-"}
 
 
@@ -226,3 +227,220 @@ def test_a_repairing_node_says_its_step_and_a_dead_card_names_itself() -> None:
     cells = row("fleet-a", service, {"serving": True, "in_rotation": True}, NOW)
     assert cells["watch"] == "service required"
     assert cells["reason"].startswith("service required: GPU 1 serial 0323117011202")
+
+
+# Each gateway's own view (gateways.json, playbooks/status.yml's gateway play): HAProxy's status
+# of every server of onecat_nodes and the last word of its agent check.
+def _gw(**servers: str) -> dict:
+    return {"reached": True, "error": "", "servers": {
+        name: {"status": status, "agent": "ready up" if status.startswith("UP") else "maint"}
+        for name, status in servers.items()}}
+
+
+IN = {"reached": True, "verdict": GOOD, "node": {"serving": True, "in_rotation": True}}
+
+
+def test_the_at_gateways_column_is_haproxys_own_view() -> None:
+    from onecat.watch.status import gateway_views
+
+    one = gateway_views({"gw1": _gw(**{"fleet-a": "UP", "fleet-b": "DRAIN (agent)",
+                                       "fleet-c": "MAINT (via onecat_nodes/x)"})})
+    rows = rows_from_document({"fleet-a": IN, "fleet-b": IN, "fleet-c": IN, "fleet-d": IN},
+                              NOW, gateways=one)
+    assert [r["at gateways"] for r in rows] == ["UP", "DRAIN", "MAINT", "absent"]
+    two = gateway_views({"gw2": _gw(**{"fleet-a": "MAINT"}), "gw1": _gw(**{"fleet-a": "UP 1/2"}),
+                         "gw3": {"reached": False}})
+    assert row("fleet-a", GOOD, None, NOW, gateways=two)["at gateways"] == \
+        "gw1 UP, gw2 MAINT, 1 not read"
+    # Without gateways (none read, or a status.json from before): a dash, as the other columns.
+    assert row("fleet-a", GOOD, None, NOW)["at gateways"] == "-"
+    # The server's name at the gateway is the inventory name with odd characters made "_"
+    # (roles/gateway/tasks/hold.yml).
+    odd = gateway_views({"gw1": _gw(**{"fleet_a.b_1": "MAINT"})})
+    assert rows_from_document({"fleet a.b/1": IN}, NOW, gateways=odd)[0]["at gateways"] == "MAINT"
+
+
+def test_out_at_a_gateway_while_the_watch_says_in_is_flagged() -> None:
+    """The 3 a.m. case: the watch says in, HAProxy holds the node out; the table said in."""
+    from onecat.watch.status import report
+
+    gateways = {"gw1": _gw(**{"fleet-a": "MAINT", "fleet-b": "UP", "fleet-c": "DOWN"})}
+    nowatch = {"reached": True, "verdict": None, "node": {"serving": True, "in_rotation": True}}
+    done = report({"fleet-a": IN, "fleet-b": IN, "fleet-c": nowatch}, gateways, now=NOW)
+    assert done.flags == [
+        "fleet-a: watch: in, gateway gw1: MAINT — out of rotation at the gateway while its "
+        "watch says in",
+        "fleet-c: watch: none, gateway gw1: DOWN — out of rotation at the gateway though "
+        "nothing on the node holds it out"]
+    lines = done.text.splitlines()
+    assert lines[-3:] == ["gateway gw1: 1 of 3 node(s) in rotation",
+                          *(f"!! {flag}" for flag in done.flags)]
+    assert [r["at gateways"] for r in done.rows] == ["MAINT", "UP", "DOWN"]
+
+
+def test_in_at_a_gateway_while_the_node_wants_out_is_flagged() -> None:
+    """The reverse: the watch holds the node out, HAProxy still sends it requests (its agent
+    is not heard); so for the deploy's own hold and a rollout's."""
+    from onecat.watch.status import report
+
+    held = {**IN, "verdict": {**GOOD, "mode": "held"}}
+    gated = {"reached": True, "verdict": None,
+             "node": {"serving": True, "in_rotation": False, "reason": "gate failed"}}
+    gateways = {"gw1": _gw(**{"fleet-a": "UP", "fleet-b": "UP", "fleet-c": "UP"}),
+                "gw2": _gw(**{"fleet-a": "MAINT", "fleet-b": "MAINT", "fleet-c": "MAINT"})}
+    done = report({"fleet-a": held, "fleet-b": gated, "fleet-c": {**IN, "verdict": None}},
+                  gateways, rollout={"fleet-c": HELD_AT_HEALTH}, now=NOW)
+    assert done.flags == [
+        "fleet-a: watch: held, gateway gw1: UP — in rotation at the gateway while its watch "
+        "holds it out (the gateway does not hear its agent; its agent last said: ready up)",
+        "fleet-b: deploy: out (gate failed), gateway gw1: UP — in rotation at the gateway while "
+        "the deploy holds it out (the gateway does not hear its agent; its agent last said: "
+        "ready up)",
+        "fleet-c: rollout: held at health, gateway gw1: UP — in rotation at the gateway while "
+        "the newest rollout holds it out (the gateway does not hear its agent; its agent last "
+        "said: ready up)"]
+    assert [r["at gateways"] for r in done.rows] == ["gw1 UP, gw2 MAINT"] * 3
+
+
+def test_agreement_and_unknowns_are_not_flagged() -> None:
+    from onecat.watch.status import report
+
+    draining = {**IN, "verdict": {**GOOD, "mode": "draining"}}
+    gateways = {"gw1": _gw(**{"fleet-a": "UP", "fleet-b": "DRAIN (agent)", "fleet-c": "MAINT",
+                              "fleet-d": "MAINT", "fleet-e": "who knows", "fleet-f": "MAINT"})}
+    done = report({"fleet-a": IN, "fleet-b": draining, "fleet-c": {"reached": False},
+                   "fleet-d": {**IN, "verdict": ["garbage"]}, "fleet-e": IN,
+                   "fleet-f": {**IN, "verdict": {**GOOD, "mode": 5}}}, gateways, now=NOW)
+    # in/UP and draining/DRAIN agree; an unreachable node and a verdict of the wrong shape say
+    # nothing of what the node wants; a status HAProxy does not write is no evidence either.
+    assert done.flags == []
+    assert "gateway gw1: 1 of 6 node(s) in rotation" in done.text
+
+
+def test_a_gateway_that_could_not_be_read_says_so() -> None:
+    from onecat.watch.status import report
+
+    gateways = {"gw1": {"reached": False},
+                "gw2": {"reached": True, "servers": {},
+                        "error": "gw2: HAProxy's admin socket /run/haproxy/admin.sock does not "
+                                 "answer: [Errno 111] Connection refused"},
+                "gw3": _gw(**{"fleet-a": "UP"})}
+    done = report({"fleet-a": IN}, gateways, now=NOW)
+    assert done.rows[0]["at gateways"] == "gw3 UP, 2 not read"
+    unread = report({"fleet-a": IN}, {"gw1": {"reached": False}, "gw2": None}, now=NOW)
+    assert unread.rows[0]["at gateways"] == "2 not read"
+    assert done.text.splitlines()[-3:] == [
+        "gateway gw1: HAProxy's view not read: did not answer now",
+        "gateway gw2: HAProxy's view not read: gw2: HAProxy's admin socket "
+        "/run/haproxy/admin.sock does not answer: [Errno 111] Connection refused",
+        "gateway gw3: 1 of 1 node(s) in rotation"]
+    assert done.flags == []
+    assert "(no gateway asked: the inventory has no gateway group" in report(
+        {"fleet-a": IN}, {}, now=NOW).text
+    assert "gateway" not in report({"fleet-a": IN}, None, now=NOW).text.splitlines()[-1]
+
+
+SHAPES = [["a", "list"], "a string", 5, 2.5, None, True, {}, {"mode": ["in"]}]
+
+
+def test_a_status_document_of_any_shape_raises_nothing() -> None:
+    """Issues 47 and 49: `onecat status` raised AttributeError ('list' object has no attribute
+    'items') on a status document that is a list: no row, no traceback, whatever the shape."""
+    for document in SHAPES[:6]:  # not objects
+        assert rows_from_document(document, NOW) == [], document
+    from onecat.watch.status import report
+
+    for document in SHAPES[:6]:
+        assert report(document, None, now=NOW).rows == [], document
+
+
+def test_node_and_gateway_entries_of_any_shape_give_rows_and_no_traceback() -> None:
+    """A node's verdict or node.json, or a gateway's entry, that is a list, a string, a number,
+    null or an object with fields of the wrong type: a row, no traceback, no escape."""
+    from onecat.watch.status import report
+
+    document = {f"node-{i}-{j}": {"reached": True, "verdict": verdict, "node": node}
+                for i, verdict in enumerate(SHAPES) for j, node in enumerate(
+                    [*SHAPES, {"serving": [1], "in_rotation": "yes", "reason": {"a": 1}}])}
+    document.update({"entry-list": ["x"], "entry-str": "x", "entry-num": 7, "entry-null": None})
+    gateway_shapes = {f"gw-{i}": shape for i, shape in enumerate(SHAPES)}
+    gateway_shapes.update({
+        "gw-servers-list": {"reached": True, "servers": ["node-0-0"]},
+        "gw-servers-str": {"reached": True, "servers": "UP"},
+        "gw-error-list": {"reached": True, "error": ["down"], "servers": {}},
+        "gw-\x1b]0;pwned\x07": {"reached": True, "servers": {
+            "node-0-0": ["UP"], "node-1-1": "MAINT\x1b[2J", "node-2-2": {"status": 5},
+            "node-3-3": {"status": "UP", "agent": ["x"]},
+            "node-4-4": {"status": "DRAIN\r\nfake line", "agent": "\x1b[31mheld"},
+            "entry-list": None}}})
+    for gateways in (gateway_shapes, *SHAPES):
+        done = report(document, gateways, now=NOW)
+        assert len(done.rows) == len(document), gateways
+        assert all(ch.isprintable() for line in done.text.splitlines() for ch in line), gateways
+    done = report(document, gateway_shapes, now=NOW)
+    assert "its entry is not a JSON object" in done.text
+    assert "its servers are not a JSON object" in done.text
+    assert "gateway gw-error-list: HAProxy's view not read: ['down']" in done.text
+
+
+def test_a_node_file_that_is_not_json_is_a_row_not_unreachable() -> None:
+    """The playbook cannot parse the file: the node answered all the same."""
+    document = {"fleet-a": {"reached": True, "unreadable": "Task failed: ... The filter plugin "
+                            "'ansible.builtin.from_json' failed: Expecting value: line 1"}}
+    cells = rows_from_document(document, NOW)[0]
+    assert (cells["verdict"], cells["watch"]) == (
+        "unknown", "its verdict file or node.json is not JSON")
+    assert cells["findings"] == "Expecting value: line 1"
+
+
+def test_main_reads_the_gateways_beside_status_json(tmp_path, capsys) -> None:
+    import json
+
+    from onecat.watch.status import main
+
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"fleet-a": IN}))
+    assert main([str(status)]) == 0
+    assert "gateway" not in capsys.readouterr().out.splitlines()[-1]  # none there: as before
+    (tmp_path / "gateways.json").write_text(json.dumps({"gw1": _gw(**{"fleet-a": "MAINT"})}))
+    assert main([str(status)]) == 0
+    out = capsys.readouterr().out
+    assert "!! fleet-a: watch: in, gateway gw1: MAINT" in out
+    for text, says in (("{not json", "the gateways' view is not shown: cannot read"),
+                       ('["a list"]', "is not a JSON object of gateways")):
+        (tmp_path / "gateways.json").write_text(text)
+        assert main([str(status)]) == 0
+        assert says in capsys.readouterr().out
+    other = tmp_path / "elsewhere.json"
+    other.write_text(json.dumps({"gw9": _gw(**{"fleet-a": "UP"})}))
+    assert main([str(status), "--gateways", str(other)]) == 0
+    assert "gateway gw9: 1 of 1 node(s) in rotation" in capsys.readouterr().out
+
+
+def test_onecat_status_exits_1_on_a_disagreement_and_never_raises(tmp_path, monkeypatch,
+                                                                   capsys) -> None:
+    """`onecat status` itself (onecat/watch/cli.py): the status.json the playbook wrote, its
+    gateways.json beside it; a status.json that is a list is one line, not issue 47's
+    AttributeError; a gateway out of step with a healthy node exits 1."""
+    import argparse
+    import json
+
+    from onecat.fleet.runner import RunOutcome
+    from onecat.watch import cli
+
+    run = tmp_path / "results" / "run-1"
+    run.mkdir(parents=True)
+    monkeypatch.setattr(cli, "inventory_usable", lambda inventory: True)
+    monkeypatch.setattr(cli, "run_playbook", lambda *a, **k: RunOutcome("run-1", run, 0, "ok", {}))
+    args = argparse.Namespace(inventory="hosts.yml", limit=None, extra_vars=[],
+                              results=tmp_path / "results")
+    healthy = {"fleet-a": {**IN, "verdict": {**GOOD, "stale_after": "2999-01-01T00:00:00Z"}}}
+    (run / "status.json").write_text(json.dumps(healthy))
+    (run / "gateways.json").write_text(json.dumps({"gw1": _gw(**{"fleet-a": "UP"})}))
+    assert cli.run_status(args) == 0
+    (run / "gateways.json").write_text(json.dumps({"gw1": _gw(**{"fleet-a": "MAINT"})}))
+    assert cli.run_status(args) == 1
+    assert "!! fleet-a: watch: in, gateway gw1: MAINT" in capsys.readouterr().out
+    (run / "status.json").write_text('["a list"]')
+    assert cli.run_status(args) == 1
+    assert "is not a JSON object of nodes" in capsys.readouterr().err
