@@ -226,7 +226,15 @@ def step(
         progress = repair.progress or {}
         current = progress.get("order") == state.get("order")
         stage = str(progress.get("step") or "ordered") if current else "ordered"
-        if current and stage == "readmitted":
+        if current and stage == "readmitted" and faults:
+            # The runner's gate and burn-in passed, but the look that would readmit the node
+            # finds a fault (its probe failed, the card's errors are back): it stays out, held
+            # for an operator rather than ordered again (issue 47: readmit on a clean look).
+            _remember(state, faults)
+            state["reason"] = clip(f"faulty at the look after its repair: "
+                                   f"{_clean_reason(findings)}")
+            go(HELD, state["reason"])
+        elif current and stage == "readmitted":
             state.update(reason="", rungs=[], service=[], faults=[])
             go(IN, f"repaired ({progress.get('rung') or 'reset'}), gated and burned in")
         elif current and stage == "service_required":

@@ -120,6 +120,20 @@ def test_the_watch_readmits_on_the_runners_word_for_its_own_order_only() -> None
     assert done.transitions == ["repairing -> in: repaired (reset), gated and burned in"]
 
 
+def test_a_readmitting_look_that_finds_a_fault_keeps_the_node_out() -> None:
+    """Issue 47: the runner says readmitted, but the look that would readmit the node fails
+    its probe: the node stays out (held, with the fault), not in on the runner's word."""
+    *_, order = _looks([(0, [ECC], SERVING), (60, [ECC], SERVING)])
+    garbage = Finding(ERROR, "quality", None, "the quality probe 'x' failed: collapsed")
+    kept = act.step(order.state, [garbage], 180, REPAIR, repair=act.Repair(
+        serving=True, progress={"order": "60", "step": READMITTED, "rung": "reset"}))
+    assert kept.state["mode"] == act.HELD and kept.answer.startswith(
+        "maint down #onecat-watch held: faulty at the look after its repair: the quality probe")
+    assert kept.start_repair is None and kept.transitions == [
+        "repairing -> held: faulty at the look after its repair: the quality probe 'x' failed: "
+        "collapsed"]
+
+
 def test_a_runner_that_stopped_midway_is_started_again_to_resume() -> None:
     *_, order = _looks([(0, [ECC], SERVING), (60, [ECC], SERVING)])
     resumed = act.step(order.state, [], 120, REPAIR, repair=act.Repair(
