@@ -20,6 +20,17 @@ READMITTED, SERVICE_REQUIRED, FAILED = "readmitted", "service_required", "failed
 OUTCOMES = (READMITTED, SERVICE_REQUIRED, FAILED)
 # How many repairs a node keeps (its cards' history is short; a bad card ends in service).
 KEEP = 50
+# The faults that count as a repaired card's fault coming back (issue 47): uncorrectable ones a
+# card makes, found on a named card. Not bad answers (the engine's, no card's), not a page
+# pending retirement (an ageing V100 retires single-bit pages routinely, and DCGM fails a card
+# only at its page budget: the health judge's retired_pages, service at once), not heat.
+RECURS = frozenset({"ecc_volatile_uncorrected", "ecc_uncorrected", "pages_retired_double_bit",
+                    "gpu_lost", "xid", "remapped_rows"})
+
+
+def recurring(faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The faults (as_dict) that count as a recurrence: RECURS codes on a named card."""
+    return [f for f in faults if f.get("code") in RECURS and f.get("gpu")]
 
 
 def empty() -> dict[str, Any]:

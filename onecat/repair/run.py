@@ -230,7 +230,10 @@ def new_progress(order: dict[str, Any], readings: dict[str, Any], now: float) ->
     faults = [f for f in order.get("faults") or [] if isinstance(f, dict)]
     # The watch names the cards (with what its previous look read of a GPU lost now).
     named = [c for c in order.get("cards") or [] if isinstance(c, dict)]
-    cards = history.fill_ids(named or history.cards_of(faults, readings), readings)
+    # An order whose faults name no card (bad answers) names none (the watch sends "cards": []);
+    # one from an older watch, or an operator's, is about every GPU the fault points at.
+    cards = history.fill_ids(named if "cards" in order and faults else
+                             named or history.cards_of(faults, readings), readings)
     engine = [history.card(g) for g in readings.get("gpus") or [] if isinstance(g, dict)]
     rungs = [r for r in order.get("rungs") or [] if r in (RESET, REBOOT)]
     return {"order": order.get("id"), "step": "ordered", "rungs": rungs,

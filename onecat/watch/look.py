@@ -208,7 +208,7 @@ def _repair_view(ladder: Ladder | None, findings: list[Finding],
     look's fault came back on a card the ladder repaired within the window."""
     if ladder is None:
         return None
-    faults = [f.as_dict() for f in findings if f.severity == ERROR]
+    faults = repair_history.recurring([f.as_dict() for f in findings if f.severity == ERROR])
     recurred = None
     if faults and readings:
         past = repair_history.load(read_json(ladder.state_dir / repair_files.HISTORY_FILE))
@@ -287,8 +287,12 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
     if ladder is not None and decided.start_repair is not None:
         if not decided.start_repair.get("resume"):
             # The runner names the cards it repairs with what this watch read of them.
-            faults = [f for f in decided.start_repair.get("faults") or [] if isinstance(f, dict)]
-            decided.start_repair["cards"] = _cards(faults, readings, previous)
+            # A fault that names no card (bad answers: the engine's) names none, so no later
+            # fault of a card counts as its recurrence; the runner still resets every GPU the
+            # engine holds.
+            faults = [f for f in decided.start_repair.get("faults") or []
+                      if isinstance(f, dict) and f.get("gpu")]
+            decided.start_repair["cards"] = _cards(faults, readings, previous) if faults else []
         decided = order_repair(ladder, decided, now)
     if ladder is not None and decided.service_report:
         _service_report(ladder, decided, readings, now, repair, previous)

@@ -355,3 +355,52 @@ def test_the_runner_names_a_card_lost_at_the_order_once_it_is_back() -> None:
     ladder.progress["cards"] = [{"index": 1, "serial": None, "uuid": None, "pci_bus_id": None}]
     assert ladder.run() == READMITTED
     assert ladder.history["repairs"][-1]["cards"][0]["serial"] == "0323117011202"
+
+
+def _readings() -> dict[str, Any]:
+    return {"gpus": [{"index": i, "pci_bus_id": f"00000000:{bus}:00.0", "serial": f"S{i}",
+                      "uuid": f"GPU-{i}"} for i, bus in ((0, "3B"), (1, "5E"))]}
+
+
+def _ladder_view(tmp_path, findings: list[Finding], earlier_cards: list[dict[str, Any]],
+                 days_ago: float = 2.0) -> act.Repair | None:
+    """The watch's view of the ladder (look._repair_view) with one earlier repair that
+    readmitted the node `days_ago` days ago, of `earlier_cards`."""
+    from onecat.files import write_json
+    from onecat.repair import files as repair_files
+    from onecat.watch import look
+
+    now = 1_800_000_000.0
+    past = history.record(history.empty(), at=now - days_ago * 86400, cards=earlier_cards,
+                          fault="x", tried=[{"rung": "reset"}], outcome=history.READMITTED)
+    write_json(tmp_path / repair_files.HISTORY_FILE, past)
+    ladder = look.Ladder(tmp_path, lambda: None, lambda: False, tmp_path / "serving.json")
+    return look._repair_view(ladder, findings, _readings(), now)
+
+
+def test_only_an_uncorrectable_fault_on_the_repaired_card_is_a_recurrence(tmp_path) -> None:
+    """Issue 47: a second single-bit page retirement two days after a reset of the same card
+    is another reset, not "service required"; bad answers are no card's recurrence; an
+    uncorrectable error back on the repaired card is."""
+    card1 = history.card(_readings()["gpus"][1])
+    garbage = Finding(ERROR, "quality", None, "the quality probe 'x' failed: collapsed")
+    assert _ladder_view(tmp_path, [PENDING], [card1]).recurred is None
+    assert _ladder_view(tmp_path, [garbage], [card1]).recurred is None
+    assert _ladder_view(tmp_path, [ECC], [card1]).recurred is not None
+    assert _ladder_view(tmp_path, [ECC], [history.card(_readings()["gpus"][0])]).recurred \
+        is None  # the other card
+
+
+def test_a_repair_for_bad_answers_names_no_card() -> None:
+    """The order for a fault that names no card carries no card: no later fault of either
+    card counts as its recurrence (the runner still resets every GPU the engine holds)."""
+    from onecat.repair.run import new_progress
+
+    garbage = Finding(ERROR, "quality", None, "the quality probe 'x' failed: collapsed")
+    progress = new_progress({"id": "1", "rungs": ["reset"], "faults": [garbage.as_dict()],
+                             "cards": []}, _readings(), 0.0)
+    assert progress["cards"] == [] and len(progress["reset_cards"]) == 2
+    # An order from an older watch (no "cards") is about every GPU, as before.
+    older = new_progress({"id": "1", "rungs": ["reset"], "faults": [garbage.as_dict()]},
+                         _readings(), 0.0)
+    assert len(older["cards"]) == 2
