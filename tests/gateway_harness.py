@@ -249,3 +249,26 @@ class Engine:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+def node_states(engines: list[Engine], agents: list[Agent] | None = None,
+                max_num_seqs: int = 8) -> dict[str, dict]:
+    """Each engine's node.json as the serve stage writes it (serving, in rotation)."""
+    return {e.name: {"serving": True, "in_rotation": True, "address": "127.0.0.1",
+                     "port": e.port, "max_num_seqs": max_num_seqs,
+                     "agent_port": agents[i].port if agents else 0}
+            for i, e in enumerate(engines)}
+
+
+def gateway_vars(tmp_path: Path, engines: list[Engine], agents: list[Agent] | None = None,
+                 **extra: object) -> dict:
+    """The gateway role's variables with these engines as its servers (backends.select)."""
+    from onecat.gateway import backends
+
+    variables = base_vars(tmp_path)
+    selection = backends.select(node_states(engines, agents))
+    variables["gateway_servers"] = [s.as_dict() for s in selection.servers]
+    if agents:
+        variables["gateway_agent_port"] = agents[0].port
+    variables.update(extra)
+    return variables

@@ -18,10 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nvml_double_harness as double
-from gateway_harness import Engine, base_vars, haproxy, wait_until
+from gateway_harness import Engine, gateway_vars, haproxy, wait_until
 from lease_harness import LeaseServer, token
 
-from onecat.gateway import backends
 from onecat.gateway.runtime import Runtime, in_rotation, rotation
 
 pytestmark = pytest.mark.skipif(
@@ -62,11 +61,7 @@ def test_a_power_brake_on_the_last_nodes_keeps_them_in_a_lost_gpu_does_not(
         libdir: Path, tmp_path: Path) -> None:
     engines = [Engine(tmp_path, name).start() for name in ("node-a", "node-b")]
     try:
-        variables = base_vars(tmp_path)
-        selection = backends.select({e.name: {
-            "serving": True, "in_rotation": True, "address": "127.0.0.1", "port": e.port,
-            "max_num_seqs": 8, "agent_port": 0} for e in engines})
-        variables["gateway_servers"] = [s.as_dict() for s in selection.servers]
+        variables = gateway_vars(tmp_path, engines)
         with haproxy(tmp_path, variables) as gw:
             runtime = Runtime(gw.socket)
 

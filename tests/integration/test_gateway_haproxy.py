@@ -30,6 +30,7 @@ from gateway_harness import (  # noqa: E402
     Agent,
     Engine,
     base_vars,
+    gateway_vars,
     haproxy,
     master_answer,
     render,
@@ -54,25 +55,6 @@ MODEL = "standin-model"
 # Streams long enough to be in flight while a node is drained: 40 tokens x 15 ms.
 SLOW = {"STANDIN_DECODE_MS": "15"}
 TOKENS = 40
-
-
-def node_states(engines: list[Engine], agents: list[Agent] | None = None,
-                max_num_seqs: int = 8) -> dict[str, dict]:
-    return {e.name: {"serving": True, "in_rotation": True, "address": "127.0.0.1",
-                     "port": e.port, "max_num_seqs": max_num_seqs,
-                     "agent_port": agents[i].port if agents else 0}
-            for i, e in enumerate(engines)}
-
-
-def gateway_vars(tmp_path: Path, engines: list[Engine], agents: list[Agent] | None = None,
-                 **extra) -> dict:
-    variables = base_vars(tmp_path)
-    selection = backends.select(node_states(engines, agents))
-    variables["gateway_servers"] = [s.as_dict() for s in selection.servers]
-    if agents:
-        variables["gateway_agent_port"] = agents[0].port
-    variables.update(extra)
-    return variables
 
 
 @pytest.fixture

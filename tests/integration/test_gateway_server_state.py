@@ -19,9 +19,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
-from gateway_harness import Engine, base_vars, haproxy, wait_until
+from gateway_harness import Engine, gateway_vars, haproxy, wait_until
+from imports_harness import onecat_imports
 
-from onecat.gateway import backends
 from onecat.gateway.runtime import Runtime, servers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,11 +77,7 @@ def test_the_drop_in_passes_systemd_analyze_verify_beside_the_unit(tmp_path: Pat
 def test_the_units_save_command_hands_a_drained_node_to_the_next_process(tmp_path: Path) -> None:
     engines = [Engine(tmp_path, name).start() for name in ("node-a", "node-b")]
     try:
-        variables = base_vars(tmp_path)
-        selection = backends.select({e.name: {
-            "serving": True, "in_rotation": True, "address": "127.0.0.1", "port": e.port,
-            "max_num_seqs": 8, "agent_port": 0} for e in engines})
-        variables["gateway_servers"] = [s.as_dict() for s in selection.servers]
+        variables = gateway_vars(tmp_path, engines)
         state_file = variables["gateway_server_state_file"]
         with haproxy(tmp_path, variables) as gw:
             runtime = Runtime(gw.socket)
@@ -106,14 +102,6 @@ def test_the_units_save_command_hands_a_drained_node_to_the_next_process(tmp_pat
 
 
 def test_the_role_ships_what_the_saver_imports(tmp_path: Path) -> None:
-    import modulefinder
-
-    entry = tmp_path / "entry.py"
-    entry.write_text("import onecat.gateway.save_state\n")
-    finder = modulefinder.ModuleFinder(path=[str(REPO)])
-    finder.run_script(str(entry))
-    imported = sorted(os.path.relpath(module.__file__, REPO)
-                      for name, module in finder.modules.items()
-                      if name.startswith("onecat") and module.__file__)
     shipped = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
-    assert sorted(shipped["__gateway_state_saver_files"]) == imported
+    assert sorted(shipped["__gateway_state_saver_files"]) == onecat_imports(
+        "onecat.gateway.save_state", tmp_path)

@@ -3,25 +3,21 @@ every repair lease variable it defaults."""
 
 from __future__ import annotations
 
-import modulefinder
-import os
 import re
+import sys
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from imports_harness import onecat_imports
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "gateway"
 
 
 def test_the_gateway_role_ships_what_the_lease_server_imports(tmp_path: Path) -> None:
-    entry = tmp_path / "entry.py"
-    entry.write_text("import onecat.repair.lease_server\n")
-    finder = modulefinder.ModuleFinder(path=[str(REPO)])
-    finder.run_script(str(entry))
-    imported = sorted(os.path.relpath(module.__file__, REPO)
-                      for name, module in finder.modules.items()
-                      if name.startswith("onecat") and module.__file__)
+    imported = onecat_imports("onecat.repair.lease_server", tmp_path)
     shipped = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
     assert sorted(shipped["__gateway_repair_lease_program_files"]) == imported
     folders = {str(Path(path).parent) for path in imported} - {"onecat"}
