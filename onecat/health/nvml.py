@@ -63,6 +63,9 @@ CLOCK_REASON_NAMES = {
     0x100: "display_clock_setting",
 }
 
+# A kernel log line's own time since boot: `[ 1234.567890]` (dmesg, journalctl -o
+# short-monotonic, a saved log) or a /dev/kmsg record's `PRI,SEQ,USEC,FLAGS;`.
+LINE_TIME = re.compile(r"^\s*\[\s*(\d+(?:\.\d+)?)\]|^\d+,\d+,(\d+),[^;]*;")
 XID_PATTERN = re.compile(
     r"NVRM: Xid \(PCI:([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\): "
     r"(\d+),\s*(.*)"
@@ -326,7 +329,9 @@ def read_kernel_log(path: str | None = None) -> tuple[str | None, str | None, st
         text, failure = read_log_file(path)
         return text, path, failure
     failures = []
-    text, failure = _run(["journalctl", "-k", "-b", "0", "-o", "cat", "--no-pager", "-q"])
+    # short-monotonic: each line keeps the kernel's own time, the Xid count's cursor.
+    text, failure = _run(["journalctl", "-k", "-b", "0", "-o", "short-monotonic", "--no-pager",
+                          "-q"])
     if text is not None:
         return text, "journalctl -k -b 0", None
     failures.append(failure)
@@ -417,8 +422,19 @@ def _read_kmsg() -> tuple[str | None, str]:
     return "".join(records), ""
 
 
-def parse_xid(text: str) -> list[dict[str, Any]]:
-    """Xid events grouped by (GPU bus, code) in order of first appearance."""
+def line_time(line: str) -> float | None:
+    """The kernel's time (seconds since boot) a log line carries, None without one."""
+    match = LINE_TIME.match(line)
+    if not match:
+        return None
+    return float(match.group(1)) if match.group(1) else int(match.group(2)) / 1e6
+
+
+def parse_xid(text: str, after: float | None = None) -> list[dict[str, Any]]:
+    """Xid events grouped by (GPU bus, code) in order of first appearance. With `after` (the
+    previous look's cursor, log_cursor), each event also says how many of its lines are newer
+    (`new`; None when a line carries no time): lines that left the log (a ring wrap, journal
+    vacuuming) then hide nothing new, as a count since boot would."""
     events: dict[tuple[tuple[int, int, int] | None, int], dict[str, Any]] = {}
     for line in text.splitlines():
         match = XID_PATTERN.search(line)
@@ -429,33 +445,47 @@ def parse_xid(text: str) -> list[dict[str, Any]]:
         event = events.get((key, code))
         if event is None:
             domain, bus, device = key or (0, 0, 0)
-            events[(key, code)] = {
+            event = events[(key, code)] = {
                 "code": code,
                 "pci_bus_id": f"{domain:08X}:{bus:02X}:{device:02X}.0",
                 "gpu": None,
-                "count": 1,
+                "count": 0,
                 "message": match.group(3).strip(),
             }
-        else:
-            event["count"] += 1
+            if after is not None:
+                event["new"] = 0
+        event["count"] += 1
+        if after is not None and event["new"] is not None:
+            at = line_time(line)
+            event["new"] = None if at is None else event["new"] + (at > after)
     return list(events.values())
 
 
-def _xid(gpus: list[dict[str, Any]], kernel_log_path: str | None) -> dict[str, Any]:
+def log_cursor(text: str) -> float | None:
+    """The newest time any line of the kernel log carries: where the next look counts from."""
+    times = [at for line in text.splitlines() if (at := line_time(line)) is not None]
+    return max(times) if times else None
+
+
+def _xid(gpus: list[dict[str, Any]], kernel_log_path: str | None,
+         after: float | None = None) -> dict[str, Any]:
     text, source, failure = read_kernel_log(kernel_log_path)
     if text is None:
         return {"xid_source": source or None, "xid_error": failure, "xid_events": None}
-    events = parse_xid(text)
+    events = parse_xid(text, after)
     by_bus = {bus_key(gpu["pci_bus_id"]): gpu["index"] for gpu in gpus if gpu.get("pci_bus_id")}
     for event in events:
         event["gpu"] = by_bus.get(bus_key(event["pci_bus_id"]))
-    return {"xid_source": source, "xid_error": None, "xid_events": events}
+    return {"xid_source": source, "xid_error": None, "xid_events": events,
+            "xid_cursor": log_cursor(text)}
 
 
 def gather(
-    nvml: Any, *, check_xid: bool = True, kernel_log_path: str | None = None
+    nvml: Any, *, check_xid: bool = True, kernel_log_path: str | None = None,
+    xid_after: float | None = None,
 ) -> dict[str, Any]:
-    """Read every GPU, every GPU pair and the kernel's Xid events into plain data.
+    """Read every GPU, every GPU pair and the kernel's Xid events into plain data
+    (`xid_after`: the previous look's `xid_cursor` in this boot, parse_xid).
 
     Raises NvmlUnavailable when NVML cannot start (no driver, no library).
     """
@@ -502,7 +532,7 @@ def gather(
         with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlShutdown()
     if check_xid:
-        readings.update(_xid(gpus, kernel_log_path))
+        readings.update(_xid(gpus, kernel_log_path, xid_after))
     else:
         readings.update({"xid_source": None, "xid_error": None, "xid_events": None})
     return readings

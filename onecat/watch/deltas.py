@@ -183,8 +183,14 @@ def _xid_findings(before: dict[str, Any] | None, now: dict[str, Any]) -> Iterabl
     # The kernel log starts again at every boot: the first look of a boot (or the first look
     # at all) counts every event since boot.
     then = _xid_counts(before) if same_boot(before, now) and before is not None else {}
+    # The lines after the previous look's cursor (nvml.parse_xid), where every line carried
+    # the kernel's time: older lines that left the log (a ring wrap, journal vacuuming) then
+    # hide no new event, as a count since boot would. Else the count since boot, compared.
+    fresh = {(str(e.get("pci_bus_id")), int(e["code"])): e["new"]
+             for e in now.get("xid_events") or []
+             if "code" in e and isinstance(e.get("new"), int)}
     for (bus, code), count in sorted(_xid_counts(now).items()):
-        rise = count - then.get((bus, code), 0)
+        rise = fresh.get((bus, code), count - then.get((bus, code), 0))
         if rise <= 0:
             continue
         fatal = code in FATAL_XIDS

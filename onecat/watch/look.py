@@ -329,9 +329,15 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
     Returns the verdict, the findings and the transitions of the node's mode (acting).
     Raises what gather raises (NVML cannot be read)."""
     now = time.time() if now is None else now
-    readings = gather(nvml, check_xid=True, kernel_log_path=kernel_log_path)
-    readings["boot_id"] = boot_id(boot_id_file)
     previous = read_json(state_dir / STATE_FILE)
+    booted = boot_id(boot_id_file)
+    # The kernel log's lines after the previous look's cursor, in this boot (issue 47: lines
+    # that left the log hide no new Xid).
+    after = previous.get("xid_cursor") if isinstance(previous, dict) and booted and \
+        previous.get("boot_id") == booted else None
+    readings = gather(nvml, check_xid=True, kernel_log_path=kernel_log_path,
+                      xid_after=after if isinstance(after, (int, float)) else None)
+    readings["boot_id"] = booted
     state = state_findings(readings, thresholds)
     history = throttle.record(read_json(state_dir / THROTTLE_FILE), readings, now)
     findings = state + throttle.findings(history, readings, now) + change_findings(

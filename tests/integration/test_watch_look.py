@@ -412,6 +412,31 @@ def test_a_node_out_for_a_power_brake_comes_back_by_itself_once_quiet(
     assert agent.read_text() == "up\n"
 
 
+def test_new_xids_are_reported_after_older_lines_left_the_log(libdir: Path,
+                                                               tmp_path: Path) -> None:
+    """Issue 47: three Xid 74 lines, then a log whose old lines were rotated away (journal
+    vacuuming, a ring wrap) holding two new ones: the watch counts the lines after its
+    previous look's cursor, so the two are reported (a count since boot fell to 2 of 3)."""
+    def log(name: str, *times: float) -> str:
+        path = tmp_path / name
+        path.write_text("".join(f"[{at:12.6f}] NVRM: Xid (PCI:0000:3b:00): 74, pid=1, name=x, "
+                                "NVLink: fatal error detected on link 0\n" for at in times))
+        return str(path)
+
+    _, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, "--kernel-log",
+                            log("before.log", 100.0, 200.0, 300.0))
+    assert verdict is not None and any("Xid 74" in f["message"] for f in verdict["findings"])
+    _, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, "--kernel-log",
+                            log("rotated.log", 400.0, 500.0))
+    assert verdict is not None, out
+    xids = [f for f in verdict["findings"] if f["code"] == "xid"]
+    assert len(xids) == 1 and "Xid 74" in xids[0]["message"] and "2 more time(s)" in \
+        xids[0]["message"], verdict["findings"]
+    _, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, "--kernel-log",
+                            log("same.log", 400.0, 500.0))
+    assert verdict is not None and not [f for f in verdict["findings"] if f["code"] == "xid"]
+
+
 def test_a_fault_that_recurs_after_a_reboot_is_reported(libdir: Path, tmp_path: Path) -> None:
     """Baselines carry the boot id: the same Xid count in a new boot is a new fault."""
     boot = tmp_path / "boot_id"
