@@ -137,7 +137,7 @@ def _request_repair(args: argparse.Namespace) -> int:
         saved = json.loads(path.read_text()) if path.exists() else None
     except (OSError, ValueError):
         saved = None
-    mode = saved.get("mode", act.IN) if isinstance(saved, dict) else act.IN
+    mode = act.saved_mode(saved)
     if acting.floor is not None and mode == act.IN and not args.ignore_floor:
         granted, why = acting.floor("a repair ordered by an operator")
         if not granted:

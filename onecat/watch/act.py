@@ -109,6 +109,11 @@ def initial_state() -> dict[str, Any]:
             "faults": [], "order": None}
 
 
+def saved_mode(saved: Any) -> str:
+    """The mode a saved state (action.json, any JSON shape) records; IN when it records none."""
+    return str(saved.get("mode") or IN) if isinstance(saved, dict) else IN
+
+
 def clip(text: str) -> str:
     """A reason as the state, the agent's answer and the stats page carry it: printable ASCII
     (any other character becomes a space), at most 180 characters."""

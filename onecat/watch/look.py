@@ -160,7 +160,7 @@ def probe_due(state_dir: Path, every: int) -> bool:
     except (OSError, ValueError):
         count = 0
     write_atomic(counter, f"{count + 1}\n", 0o600)
-    mode = (read_json(state_dir / ACTION_FILE) or {}).get("mode", act.IN)
+    mode = act.saved_mode(read_json(state_dir / ACTION_FILE))
     return mode != act.IN or count % max(every, 1) == 0
 
 
@@ -257,7 +257,7 @@ def _floor_refused(acting: Acting, saved: Any, findings: list[Finding]) -> str:
     """Why the fleet's floor keeps this node in ("" when it may leave, or need not ask): asked
     only by a node in rotation whose faults do not make answers wrong (floor.py)."""
     faults = [f for f in findings if f.severity == ERROR]
-    mode = saved.get("mode", act.IN) if isinstance(saved, dict) else act.IN
+    mode = act.saved_mode(saved)
     if acting.floor is None or not faults or mode != act.IN or floor.wrong_answers(
             f.code for f in faults):
         return ""
