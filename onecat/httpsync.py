@@ -8,7 +8,8 @@ caller talks to a fleet address), a timeout on every call, bounded bodies, a bod
 detected (``read(n)`` returns it without a word), and one error type, ``BadAnswer``, for every
 answer that is not well-formed HTTP (IncompleteRead, LineTooLong, BadStatusLine, bad chunking,
 an over-long body, not JSON), whose text is one printable line. Nothing answering is an
-OSError, as from the socket.
+OSError, as from the socket; ``AnswerTimeout`` (one) when the server took the request and
+said nothing in time (a stuck engine, onecat/watch/hung.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ class BadAnswer(ValueError):
 
 class TooLarge(BadAnswer):
     """The body is over the caller's limit (a page onecat reads is never that large)."""
+
+
+class AnswerTimeout(TimeoutError):
+    """The server accepted the connection and the request, then said nothing for the whole
+    timeout: a server that is there but stuck, unlike one that refuses or cannot be reached
+    (a plain OSError, a TimeoutError while connecting). An OSError still, for callers that
+    only ask whether anything answered."""
 
 
 def one_line(error: BaseException) -> str:
@@ -136,6 +144,12 @@ class Connection:
                 # inside it on some paths.
                 self.close()
                 raise BadAnswer(one_line(error)) from None
+            except TimeoutError as error:
+                accepted = self._conn is not None and self._conn.sock is not None
+                self.close()
+                if accepted:
+                    raise AnswerTimeout(f"no answer within {self.timeout:g} s") from error
+                raise
             except OSError:
                 self.close()
                 raise

@@ -13,7 +13,7 @@ from pathlib import Path
 from onecat.files import write_json
 from onecat.health.nvml import NvmlUnavailable, unavailable_line
 from onecat.serve.gate import key_from_env_file
-from onecat.watch.likelihood import REL_TOLERANCE
+from onecat.watch.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
 from onecat.watch.prompts import read as read_prompts
 
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_CANNOT_RUN = 0, 1, 2
@@ -76,6 +76,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(default %(default)s; 0 scores nothing: the likelihood check off)",
     )
     parser.add_argument(
+        "--first-max-nll",
+        type=float,
+        default=FIRST_MAX_NLL,
+        metavar="NATS",
+        help="with no canary reference, the most an idle likelihood may be (it becomes the "
+        "fleet's reference; default %(default)s: a perplexity of 403)",
+    )
+    parser.add_argument(
         "--ask-every",
         type=_positive(float),
         default=10.0,
@@ -125,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ask_every_s=args.ask_every,
         kernel_log_path=args.kernel_log,
         tolerance=args.likelihood_tolerance,
+        first_max_nll=args.first_max_nll,
     )
     try:
         document = burn_in(pynvml, plan)

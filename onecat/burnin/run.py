@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from onecat.health.nvml import NvmlUnavailable, gather
-from onecat.watch.likelihood import REL_TOLERANCE
+from onecat.watch.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
 from onecat.watch.probe import (
     ProbeResult,
     answers,
@@ -40,6 +40,8 @@ class Plan:
     sample_every_s: float = 1.0
     kernel_log_path: str | None = None
     tolerance: float = REL_TOLERANCE
+    # With no canary reference, the most an idle likelihood may be: it becomes the fleet's.
+    first_max_nll: float = FIRST_MAX_NLL
 
 
 def _ask_all(plan: Plan, likelihood: dict[str, float]) -> list[ProbeResult]:
@@ -47,7 +49,7 @@ def _ask_all(plan: Plan, likelihood: dict[str, float]) -> list[ProbeResult]:
     results = [probe(plan.url, plan.model, p, api_key=plan.api_key, timeout_s=120)
                for p in plan.prompts.prompts]
     return results + [score(plan.url, plan.model, text, likelihood.get(text), plan.api_key,
-                            plan.tolerance, timeout_s=120)
+                            plan.tolerance, timeout_s=120, first_max=plan.first_max_nll)
                       for text in (plan.prompts.score_texts if plan.tolerance > 0 else ())]
 
 

@@ -22,12 +22,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-# Finding codes (the health judge's and the watch's) whose node may answer wrong: the quality
-# probe failed, uncorrectable ECC errors since the driver loaded (volatile) or new ones, a
-# page newly retired for double-bit errors, a GPU the driver lost, a fatal Xid (the watch
-# reports only fatal ones as errors). Everything else may wait for the floor.
+# Finding codes (the health judge's and the watch's) whose node may answer wrong, or not at
+# all: the quality probe failed, uncorrectable ECC errors since the driver loaded (volatile) or
+# new ones, a page newly retired for double-bit errors, a GPU the driver lost, a fatal Xid (the
+# watch reports only fatal ones as errors), a stuck engine (it took a request and generated no
+# token for the probe's whole timeout: every client it gets waits for HAProxy's `timeout
+# server`, where a 503 comes at once). Everything else may wait for the floor.
 WRONG_ANSWERS = frozenset({"quality", "ecc_volatile_uncorrected", "ecc_uncorrected",
-                           "pages_retired_double_bit", "gpu_lost", "xid"})
+                           "pages_retired_double_bit", "gpu_lost", "xid", "engine_hung"})
 # The default: one node stays in rotation whatever the watches see.
 DEFAULT = "1"
 

@@ -40,6 +40,8 @@ _NONE: tuple[str, ...] = ()
 BY_CODE: dict[str, Remedy] = {
     "quality": Remedy(_ALL, "answers went bad: a restart clears the engine's state; a reset "
                             "the GPU's (the seed's pitfall 5.5)"),
+    "engine_hung": Remedy(_ALL, "a stuck engine (a collective or CUDA call that never returns): "
+                                "a restart ends it; a reset if the GPUs keep it stuck"),
     "ecc_volatile_uncorrected": Remedy(_CARD, "a reset clears the counters since the driver "
                                               "loaded; errors that return mean a bad card"),
     "ecc_uncorrected": Remedy(_CARD, "new uncorrectable errors: reset, run, check for repeats"),

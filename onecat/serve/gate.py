@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..httpsync import BadAnswer, request_json
+from ..httpsync import AnswerTimeout, BadAnswer, request_json
 from ..watch.degenerate import degenerate
 
 
@@ -39,10 +39,20 @@ class Malformed(str):
     """Status 0's answer when something answered, but not with well-formed HTTP: what was wrong."""
 
 
+# How a request the server accepted and never answered is named in a reason (the watch's
+# probe tells a stuck engine from one that is down: onecat/watch/hung.py).
+NO_ANSWER_IN_TIME = "no answer in time"
+
+
+class TimedOut(str):
+    """Status 0's answer when the server accepted the request and said nothing in time."""
+
+
 def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float
              ) -> tuple[int, Any]:
     """(HTTP status, parsed JSON or None); status 0 when nothing answered, with a Malformed
-    answer when what answered was not well-formed HTTP, or a 200 whose body is not JSON."""
+    answer when what answered was not well-formed HTTP, or a 200 whose body is not JSON, and
+    a TimedOut one when the server took the request and said nothing within the timeout."""
     try:
         answer = request_json(url, body, api_key, timeout)
         if answer.status != 200:
@@ -50,6 +60,8 @@ def _request(url: str, api_key: str, body: dict[str, Any] | None, timeout: float
         return 200, answer.json() if answer.body.strip() else None
     except BadAnswer as error:
         return 0, Malformed(str(error))
+    except AnswerTimeout as error:
+        return 0, TimedOut(str(error))
     except (OSError, ValueError):
         return 0, None
 
@@ -112,6 +124,9 @@ def smoke(base_url: str, served_name: str, prompt: str, max_tokens: int, api_key
     status, answer = _request(f"{base_url}/v1/completions", api_key, body, timeout_s)
     if isinstance(answer, Malformed):
         return False, f"the smoke completion failed: {MALFORMED_ANSWER} ({answer})", ""
+    if isinstance(answer, TimedOut):
+        return False, (f"the smoke completion failed: {NO_ANSWER_IN_TIME} (the server took "
+                       f"the request and said nothing for {timeout_s:.0f} s)"), ""
     if status != 200 or not isinstance(answer, dict):
         return False, f"the smoke completion failed: HTTP {status or 'no answer'}", ""
     try:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from onecat.files import write_atomic
@@ -21,7 +22,7 @@ from onecat.serve.gate import key_from_env_file
 
 from . import act
 from .deltas import watch_thresholds
-from .likelihood import REL_TOLERANCE
+from .likelihood import FIRST_MAX_NLL, REL_TOLERANCE
 from .look import (
     ACTION_FILE,
     BOOT_ID_FILE,
@@ -45,13 +46,18 @@ def _probe(args: argparse.Namespace) -> Probe | None:
     if not args.probe_prompts or not probe_due(args.state_dir, args.probe_every):
         return None
     prompts = read_prompts(args.probe_prompts)
-    key = key_from_env_file(args.api_key_file.read_text()) \
+    env = args.api_key_file.read_text() \
         if args.api_key_file and args.api_key_file.exists() else ""
+    key, metrics_key = key_from_env_file(env), key_from_env_file(env, "ONECAT_METRICS_KEY")
     if not args.probe_url:
-        return serving_probe(args.serving_record, prompts, args.references, key,
-                             tolerance=args.likelihood_tolerance)
-    return Probe(args.probe_url.rstrip("/"), args.probe_model, prompts, args.references,
-                 key, args.record_references, tolerance=args.likelihood_tolerance)
+        probe = serving_probe(args.serving_record, prompts, args.references, key,
+                              tolerance=args.likelihood_tolerance)
+    else:
+        probe = Probe(args.probe_url.rstrip("/"), args.probe_model, prompts, args.references,
+                      key, args.record_references, tolerance=args.likelihood_tolerance)
+    return None if probe is None else replace(
+        probe, metrics_key=metrics_key, timeout_s=args.probe_timeout,
+        deadline_s=args.probe_deadline, first_max_nll=args.first_max_nll)
 
 
 def _systemctl(verb: str, unit: str) -> Callable[[], str | None]:
@@ -248,6 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="how far a reference text's NLL may move from the recorded one, "
                              "relative (default %(default)s: ~16x the measured batch noise; "
                              "0 scores nothing, the likelihood check off)")
+    parser.add_argument("--first-max-nll", type=float, default=FIRST_MAX_NLL, metavar="NATS",
+                        help="the most a reference text's NLL may be when it becomes the "
+                             "node's first reference (default %(default)s: a perplexity of "
+                             "403; a trained model scores the texts at 1.5-3)")
     parser.add_argument("--serving-record", type=Path,
                         default=Path("/var/lib/onecat/serve/serving.json"),
                         help="without --probe-url: probe what the serve stage recorded here "
@@ -255,8 +265,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--probe-every", type=int, default=1, metavar="N",
                         help="probe on every Nth look (and on every look while the node is "
                              "out; default %(default)s)")
+    parser.add_argument("--probe-timeout", type=float, default=60.0, metavar="S",
+                        help="seconds one probe question waits for its answer; one the engine "
+                             "took and never answered while it generated no token is a stuck "
+                             "engine, a fault (default %(default)s)")
+    parser.add_argument("--probe-deadline", type=float, default=180.0, metavar="S",
+                        help="seconds the whole probe may take: questions left are not asked "
+                             "(default %(default)s; keep it under the unit's TimeoutStartSec)")
     parser.add_argument("--api-key-file", type=Path,
-                        help="environment file with VLLM_API_KEY (the server's key)")
+                        help="environment file with VLLM_API_KEY (the server's key) and "
+                             "ONECAT_METRICS_KEY (its /metrics' key)")
     parser.add_argument("--act", action="store_true",
                         help="act on the verdict: answer the gateway agent (drain, then out), "
                              "restart the engine once, hold a flapping node out")
@@ -317,6 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _request_repair(args)
     if args.probe_url and not (args.probe_model and args.probe_prompts):
         parser.error("--probe-url needs --probe-model and --probe-prompts")
+    if not 1 <= args.probe_timeout <= args.probe_deadline:
+        parser.error(f"--probe-timeout {args.probe_timeout:g} and --probe-deadline "
+                     f"{args.probe_deadline:g}: the timeout must be at least 1 s and at most "
+                     "the deadline (e.g. 60 and 180)")
     if args.probe_prompts and not args.probe_prompts.is_file():
         parser.error(f"--probe-prompts {args.probe_prompts}: no such file; give a file of "
                      "fixed prompts, one per line")

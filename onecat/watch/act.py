@@ -49,6 +49,9 @@ CANNOT_LOOK = "cannot_look"
 # The engine serves on the libraries it loaded; a drain here would take every node of a fleet
 # out at once on a driver update (issue 46). A warning: the node stays in.
 REBOOT_PENDING = "reboot_pending"
+# The engine took the quality probe's request and generated nothing for its whole timeout
+# (hung.py): a fault, the restart first (onecat/repair/remedies.py).
+ENGINE_HUNG = "engine_hung"
 # Faults that end by themselves, outside the card: sustained hardware slowdown (heat, the
 # power brake; throttle.py keeps it failed until its quiet stretch has passed). No rung clears
 # them and no operator needs to: the node is out while they last and back after (issue 46),

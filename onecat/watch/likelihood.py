@@ -33,11 +33,19 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from onecat.serve.gate import Malformed, _request
+from onecat.serve.gate import NO_ANSWER_IN_TIME, Malformed, TimedOut, _request
 
 REL_TOLERANCE = 0.10
 ABS_TOLERANCE = 0.05
 MAX_NLL = 10.0
+# A likelihood with no reference yet becomes one (the watch's first look on new bits, the
+# canary's burn-in for the fleet): it must be at most FIRST_MAX_NLL, so an engine broken from
+# its first token never records itself as the truth (issue 47: soup at ~9 nats, a perplexity
+# near 8,000, passes MAX_NLL). 6 nats is a perplexity of 403: the reference texts are plain,
+# predictable sentences (SCORE_TEXTS) that a trained model scores at 1.5-3 nats (the stand-in:
+# 2.6-2.8) and that even a unigram model of English, at a perplexity near 1,000 (6.9 nats),
+# does worse than. Raise it (--first-max-nll) for a model that is weak on the texts.
+FIRST_MAX_NLL = 6.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class Score:
     tokens: int = 0
     error: str = ""
     reached: bool = True  # False: nothing answered at all
+    timed_out: bool = False  # the server took the request and said nothing in time
 
 
 def _prompt_logprobs(answer: Any) -> tuple[list[Any], int | None]:
@@ -65,6 +74,9 @@ def score(base_url: str, model: str, text: str, api_key: str = "",
     if isinstance(answer, Malformed):
         # Reached, and answering wrong: a fault, as in probe.probe.
         return Score(text, None, error=f"a malformed HTTP answer ({answer})")
+    if isinstance(answer, TimedOut):
+        return Score(text, None, error=f"{NO_ANSWER_IN_TIME} ({timeout_s:.0f} s)", reached=False,
+                     timed_out=True)
     if status == 0:
         return Score(text, None, error="no answer", reached=False)
     if status != 200 or not isinstance(answer, dict):
@@ -87,8 +99,9 @@ def tolerance(reference: float, relative: float = REL_TOLERANCE) -> float:
 
 
 def judge(measured: Score, reference: float | None,
-          relative: float = REL_TOLERANCE) -> str | None:
-    """Why the likelihood fails, or None."""
+          relative: float = REL_TOLERANCE, first_max: float = FIRST_MAX_NLL) -> str | None:
+    """Why the likelihood fails, or None. With no reference, the value would become one: it
+    must be under `first_max` too."""
     where = f"reference text {measured.text[:30]!r}"
     if measured.nll is None:
         return f"cannot score the {where}: {measured.error}"
@@ -97,6 +110,12 @@ def judge(measured: Score, reference: float | None,
         return (f"the model finds plain text unlikely: NLL {nll:.2f} nats/token on the {where} "
                 f"(perplexity {_ppl(nll)}), above the ceiling of {MAX_NLL:.0f}: a broken "
                 "kernel or corrupted weights")
+    if reference is None and nll > first_max:
+        return (f"the model finds plain text unlikely: NLL {nll:.2f} nats/token on the {where} "
+                f"(perplexity {_ppl(nll)}), above {first_max:g}, the most a first reference "
+                "may be: a trained model scores these plain sentences at 1.5-3; an engine "
+                "broken from its first token must not record itself as the truth (raise "
+                "--first-max-nll for a model weak on these texts)")
     if reference is not None and abs(nll - reference) > tolerance(reference, relative):
         change = (nll - reference) / reference if reference else math.inf
         return (f"likelihood moved: NLL {nll:.3f} nats/token on the {where} instead of "

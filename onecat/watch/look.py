@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onecat import httpsync
 from onecat.files import read_json, write_atomic, write_json
 from onecat.health.judge import ERROR, WARNING, Thresholds
 from onecat.health.nvml import gather
@@ -35,11 +36,11 @@ from onecat.repair import files as repair_files
 from onecat.repair import floor
 from onecat.repair import history as repair_history
 
-from . import act, throttle
+from . import act, hung, throttle
 from .deltas import Finding, Limits, change_findings, state_findings, verdict
-from .likelihood import REL_TOLERANCE
+from .likelihood import FIRST_MAX_NLL, REL_TOLERANCE
 from .metrics import render
-from .probe import ProbeResult, answers, ask_all, likelihoods, stored_likelihoods
+from .probe import ProbeResult, answers, as_set, ask_all, likelihoods, stored_likelihoods
 from .prompts import PromptSet
 
 EXIT_HEALTHY, EXIT_FINDINGS, EXIT_CANNOT_READ = 0, 1, 2
@@ -74,6 +75,14 @@ class Probe:
     identity: str = ""
     # The likelihood check's tolerance, relative to the recorded NLL (likelihood.py).
     tolerance: float = REL_TOLERANCE
+    # The key of the engine's /metrics (ONECAT_METRICS_KEY: roles/vllm_serve's guard).
+    metrics_key: str = ""
+    # Each question waits at most timeout_s; the whole probe at most deadline_s, so the look
+    # ends before its unit's TimeoutStartSec kills it (roles/watch derives both).
+    timeout_s: float = 60.0
+    deadline_s: float | None = None
+    # The most a likelihood may be when it becomes the first reference (likelihood.py).
+    first_max_nll: float = FIRST_MAX_NLL
 
 
 @dataclass(frozen=True)
@@ -110,22 +119,56 @@ def answer_agent(agent_file: Path, answer: str) -> None:
     write_atomic(agent_file, answer + "\n")
 
 
+def _activity(config: Probe) -> hung.Activity | None:
+    """The engine's activity from its /metrics (hung.py), None when it cannot be read."""
+    try:
+        answer = httpsync.request(f"{config.url}/metrics", headers={
+            "Authorization": f"Bearer {config.metrics_key}"} if config.metrics_key else None,
+            timeout=10, limit=8 << 20)
+    except (OSError, ValueError):  # BadAnswer is a ValueError
+        return None
+    return hung.activity(answer.text()) if answer.status == 200 else None
+
+
 def run_probe(config: Probe) -> tuple[list[ProbeResult], list[Finding]]:
     """Ask every prompt and score the reference texts (probe.py: known answers, degeneracy,
     likelihood; answers are never compared with answers). The likelihoods become the
     references after a passing look on new bits (or with --record-references); one that has
-    none yet for a text gets it from its first passing look."""
+    none yet for a text gets it from its first passing look. A question the engine took and
+    never answered, while its generation counter stood still, is a stuck engine (hung.py):
+    a fault, with the restart first."""
     stored = read_json(config.references_file) or {}
     record = config.record or bool(config.identity and stored.get("identity") != config.identity)
     references = {} if record else stored_likelihoods(stored)
+    seen: list[hung.Activity | None] = [None]
+
+    def before_each() -> None:
+        seen[0] = _activity(config)
+
     results = ask_all(config.url, config.model, config.prompts, references, config.api_key,
-                      config.tolerance)
-    # A server that gives no answer at all (stopped, restarting, loading) is taken out by
-    # the gateway's own health check; the watch's business is a server that answers wrong.
+                      config.tolerance, config.timeout_s, config.deadline_s, before_each,
+                      config.first_max_nll)
+    stuck = None
+    if results and results[-1].timed_out:
+        stuck = hung.stuck(seen[0], _activity(config), results[-1].seconds)
+    # A server that gives no answer at all (stopped, restarting, loading, or slow but making
+    # tokens) is taken out by the gateway's own health check; the watch's business is a
+    # server that answers wrong, or that took a request and is stuck on it.
     findings = [Finding(ERROR if result.reached else WARNING,
                         "quality" if result.reached else "probe_unreachable", None,
                         f"the quality probe {result.prompt[:40]!r} failed: {result.reason}")
-                for result in results if not result.ok]
+                for result in results if not result.ok and not (stuck and result.timed_out)]
+    if stuck:
+        findings.append(Finding(ERROR, act.ENGINE_HUNG, None, stuck))
+    chosen = as_set(config.prompts)
+    questions = len(chosen.prompts) + (len(chosen.score_texts) if config.tolerance > 0 else 0)
+    spent = sum(r.seconds for r in results)
+    if (config.deadline_s is not None and not stuck and len(results) < questions
+            and spent >= config.deadline_s - 1):
+        findings.append(Finding(WARNING, "probe_deadline", None, (
+            f"the probe's deadline ({config.deadline_s:.0f} s) ended it after {len(results)} of "
+            f"{questions} questions: the rest were not asked (raise watch_probe_deadline_s, or "
+            "ask fewer)")))
     scored = likelihoods(results)
     if not findings and (record or set(scored) - set(references)):
         document = {"model": config.model, "identity": config.identity,
@@ -347,7 +390,9 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
         results, failed = run_probe(quality)
         findings += failed
     result = verdict(findings)
-    unreachable = bool(results) and not any(r.reached for r in results)
+    # Nothing answered and nothing was found stuck: not back yet (an engine still loading).
+    unreachable = bool(results) and not any(r.reached for r in results) and not any(
+        f.code == act.ENGINE_HUNG for f in findings)
     mode, transitions, reason = _act(acting, state_dir, findings, now, unreachable,
                                      stale_after_s, readings, previous)
     stamp = _stamp(now)

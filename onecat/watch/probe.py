@@ -18,11 +18,11 @@ flight: an answer is never compared with another answer. Three checks instead:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from onecat.serve.gate import MALFORMED_ANSWER, Malformed, _request, smoke
+from onecat.serve.gate import MALFORMED_ANSWER, NO_ANSWER_IN_TIME, Malformed, _request, smoke
 
 from . import likelihood
 from .degenerate import degenerate
@@ -62,6 +62,8 @@ class ProbeResult:
     reached: bool = True
     # A likelihood check's NLL per token (nats); None for a prompt.
     nll: float | None = None
+    # The server took the request and said nothing for the whole timeout (hung.py judges why).
+    timed_out: bool = False
 
 
 def tokenize(base_url: str, served_name: str, text: str, api_key: str = "",
@@ -88,7 +90,8 @@ def probe(base_url: str, served_name: str, prompt: ProbePrompt | str, max_tokens
         # drains for (issue 26), not one still loading that the gateway's check takes out
         # (HAProxy checks /health, which may stay fine while completions are malformed).
         return ProbeResult(item.prompt, "", False, reason.replace("smoke completion", "probe"),
-                           time.monotonic() - started, reached=MALFORMED_ANSWER in reason)
+                           time.monotonic() - started, reached=MALFORMED_ANSWER in reason,
+                           timed_out=NO_ANSWER_IN_TIME in reason)
     tokens = tokenize(base_url, served_name, text, api_key) if text.strip() else None
     verdict = judge(text, item.expect, tokens)
     return ProbeResult(item.prompt, text, verdict.ok, verdict.reason,
@@ -97,16 +100,18 @@ def probe(base_url: str, served_name: str, prompt: ProbePrompt | str, max_tokens
 
 def score(base_url: str, served_name: str, text: str, reference: float | None,
           api_key: str = "", relative: float = likelihood.REL_TOLERANCE,
-          timeout_s: float = 60) -> ProbeResult:
-    """Score one reference text on the node's server and judge its likelihood."""
+          timeout_s: float = 60, first_max: float = likelihood.FIRST_MAX_NLL) -> ProbeResult:
+    """Score one reference text on the node's server and judge its likelihood (with no
+    reference yet, under `first_max` too: it would become one)."""
     started = time.monotonic()
     measured = likelihood.score(base_url, served_name, text, api_key, timeout_s)
-    why = likelihood.judge(measured, reference, relative)
+    why = likelihood.judge(measured, reference, relative, first_max)
     shown = "" if measured.nll is None else f"{measured.nll:.4f}"
     return ProbeResult(SCORE_PREFIX + text, shown, why is None,
                        why or ("within the tolerance of the reference" if reference is not None
                                else "a language model's likelihood"),
-                       time.monotonic() - started, reached=measured.reached, nll=measured.nll)
+                       time.monotonic() - started, reached=measured.reached, nll=measured.nll,
+                       timed_out=measured.timed_out)
 
 
 def as_set(prompts: PromptSet | Sequence[str | ProbePrompt]) -> PromptSet:
@@ -117,14 +122,36 @@ def as_set(prompts: PromptSet | Sequence[str | ProbePrompt]) -> PromptSet:
 
 def ask_all(base_url: str, served_name: str, prompts: PromptSet | Sequence[str],
             references: dict[str, float], api_key: str = "",
-            relative: float = likelihood.REL_TOLERANCE) -> list[ProbeResult]:
+            relative: float = likelihood.REL_TOLERANCE, timeout_s: float = 60,
+            deadline_s: float | None = None,
+            before_each: Callable[[], object] | None = None,
+            first_max: float = likelihood.FIRST_MAX_NLL) -> list[ProbeResult]:
     """Every prompt, then every reference text: the probe's results, in that order. A
     tolerance of 0 scores no text (the likelihood check off: an engine that cannot echo
-    logprobs)."""
+    logprobs).
+
+    Each request waits at most `timeout_s`, the whole probe at most `deadline_s` (the look
+    must end before its unit's timeout kills it). A request the server took and never answered
+    ends the probe: an engine stuck on one request is stuck on the next, and asking again would
+    only wait again. Questions not asked are left out of the results. `before_each` runs
+    before each question (the watch reads the engine's /metrics there: hung.py)."""
     chosen = as_set(prompts)
-    results = [probe(base_url, served_name, p, api_key=api_key) for p in chosen.prompts]
-    results += [score(base_url, served_name, text, references.get(text), api_key, relative)
-                for text in (chosen.score_texts if relative > 0 else ())]
+    asks = [lambda t, p=p: probe(base_url, served_name, p, api_key=api_key, timeout_s=t)
+            for p in chosen.prompts]
+    asks += [lambda t, text=text: score(base_url, served_name, text, references.get(text),
+                                        api_key, relative, timeout_s=t, first_max=first_max)
+             for text in (chosen.score_texts if relative > 0 else ())]
+    ends = None if deadline_s is None else time.monotonic() + deadline_s
+    results: list[ProbeResult] = []
+    for ask in asks:
+        left = timeout_s if ends is None else min(timeout_s, ends - time.monotonic())
+        if left < 1:
+            break
+        if before_each is not None:
+            before_each()
+        results.append(ask(left))
+        if results[-1].timed_out:
+            break
     return results
 
 

@@ -144,3 +144,26 @@ def test_bench_against_a_malformed_server_exits_1_with_one_line(bad_server: str,
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot reach" in lines[0], done.stderr
+
+
+def test_a_server_that_takes_the_request_and_says_nothing_is_told_from_one_that_is_not_there(
+        ) -> None:
+    """A listener that accepts and never answers (a stuck engine: onecat/watch/hung.py) is an
+    AnswerTimeout, and the smoke completion says 'no answer in time'; a port nobody listens
+    on is a plain refusal."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises(httpsync.AnswerTimeout, match="no answer within 1 s"):
+            httpsync.request(url + "/health", timeout=1)
+        passed, reason, text = smoke(url, "m", "p", 4, timeout_s=1)
+        assert not passed and text == "" and "no answer in time" in reason, reason
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(OSError) as error:
+        httpsync.request(f"http://127.0.0.1:{port}/health", timeout=1)
+    assert not isinstance(error.value, httpsync.AnswerTimeout)

@@ -272,6 +272,119 @@ def test_the_probe_follows_the_serving_record(libdir: Path, tmp_path: Path) -> N
         assert json.loads(refs.read_text())["identity"].startswith("sha256:2|")
 
 
+def test_a_stuck_engine_is_out_within_two_looks_then_restarted(libdir: Path,
+                                                                tmp_path: Path) -> None:
+    """An engine core stuck in a collective (the stand-in's STANDIN_HANG_FILE): /health and
+    /metrics answer, requests are taken and never answered, no token is generated. The first
+    look that meets it drains the node (a fault, not the `probe_unreachable` warning of an
+    engine that is down), ends its probe at the first unanswered question, and the second
+    restarts the engine; a clean look after the restart readmits it."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The capital of France is => Paris\nTwo plus two is\n")
+    hang, agent = tmp_path / "hang", tmp_path / "gateway" / "watch-state"
+    # systemctl's stand-in: records the restart and clears the hang, as a fresh container does.
+    bin_dir, restarts = tmp_path / "bin", tmp_path / "restarts"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$*" >> {restarts}\nrm -f {hang}\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    with standin(tmp_path / "engine", env={"STANDIN_HANG_FILE": str(hang)}) as server:
+        args = ["--probe-url", server.url, "--probe-model", "standin-model",
+                "--probe-prompts", str(prompts), "--references", str(tmp_path / "refs.json"),
+                "--probe-timeout", "3", "--probe-deadline", "20", "--act", "--agent-file",
+                str(agent), "--engine-unit", "vllm.service", "--interval", "60s"]
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args, env=env)
+        assert rc == 0 and verdict is not None and verdict["mode"] == "in", out
+
+        hang.touch()
+        started = time.monotonic()
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args, env=env)
+        took = time.monotonic() - started
+        assert rc == 1 and verdict is not None and verdict["mode"] == "draining", out
+        assert [f["code"] for f in verdict["findings"]] == ["engine_hung"], verdict
+        assert "generated no token (1 request(s) running" in verdict["findings"][0]["message"]
+        assert len(verdict["probe"]) == 1, verdict["probe"]  # the first unanswered one ends it
+        assert took < 15, took  # one question's timeout, not one per question
+        assert agent.read_text().startswith("drain #onecat-watch: ")
+        assert not restarts.exists()
+
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args, env=env)
+        assert verdict is not None and verdict["mode"] == "restarted", out
+        assert restarts.read_text().split() == ["restart", "--no-block", "vllm.service"]
+
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *args, env=env)
+        assert rc == 0 and verdict is not None and verdict["mode"] == "in", out
+        assert agent.read_text() == "up\n"
+
+
+def test_a_slow_engine_that_still_makes_tokens_is_not_stuck(libdir: Path,
+                                                            tmp_path: Path) -> None:
+    """The same unanswered question on an engine that generates (slowly: 1.5 s a token, a
+    node under load) is no fault: its generation counter moves, the look warns and the node
+    stays in."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Two plus two is\n")
+    agent = tmp_path / "gateway" / "watch-state"
+    with standin(tmp_path / "engine", env={"STANDIN_DECODE_MS": "1500"}) as server:
+        rc, out, verdict = _look(
+            libdir, "healthy_pcie_pair", tmp_path, "--probe-url", server.url, "--probe-model",
+            "standin-model", "--probe-prompts", str(prompts), "--references",
+            str(tmp_path / "refs.json"), "--probe-timeout", "4", "--probe-deadline", "20",
+            "--act", "--agent-file", str(agent), "--interval", "60s")
+    assert rc == 1 and verdict is not None and verdict["mode"] == "in", out  # degraded
+    assert [f["code"] for f in verdict["findings"]] == ["probe_unreachable"], verdict
+    assert "no answer in time" in verdict["findings"][0]["message"], verdict
+    assert agent.read_text() == "up\n"
+
+
+def test_a_probe_that_runs_out_of_its_deadline_says_so(libdir: Path, tmp_path: Path) -> None:
+    """Each answer takes ~2 s (60 ms a token): a 3 s deadline ends the probe early; the look
+    says which questions were left, and ends in time."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Two plus two is\nThe capital of France is\n")
+    with standin(tmp_path / "engine", env={"STANDIN_DECODE_MS": "60"}) as server:
+        started = time.monotonic()
+        rc, out, verdict = _look(
+            libdir, "healthy_pcie_pair", tmp_path, "--probe-url", server.url, "--probe-model",
+            "standin-model", "--probe-prompts", str(prompts), "--references",
+            str(tmp_path / "refs.json"), "--probe-timeout", "3", "--probe-deadline", "3")
+        took = time.monotonic() - started
+    assert rc == 1 and verdict is not None, out
+    assert "probe_deadline" in [f["code"] for f in verdict["findings"]], verdict
+    assert "engine_hung" not in [f["code"] for f in verdict["findings"]], verdict
+    assert "the probe's deadline (3 s) ended it after" in out, out
+    assert took < 15, took
+
+
+def test_an_engine_broken_from_its_first_look_never_becomes_the_reference(
+        libdir: Path, tmp_path: Path) -> None:
+    """The stand-in's `unlikely` mode: filler answers that read as text, plain text at ~9 nats
+    a token (under the 10-nat ceiling). With no reference yet the look holds it to the first
+    reference's bound (6 nats): a fault, and nothing recorded; the healthy engine's first
+    look records its own."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Two plus two is\n")
+    bad, refs = tmp_path / "bad", tmp_path / "refs.json"
+    bad.touch()
+    with standin(tmp_path / "engine", env={"STANDIN_BAD_FILE": str(bad),
+                                           "STANDIN_BAD_MODE": "unlikely"}) as server:
+        probe = ["--probe-url", server.url, "--probe-model", "standin-model",
+                 "--probe-prompts", str(prompts), "--references", str(refs)]
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *probe,
+                                 "--record-references")
+        assert rc == 1 and verdict is not None and verdict["verdict"] == "unhealthy", out
+        assert [f["code"] for f in verdict["findings"]] == ["quality"] * 2, verdict
+        nlls = [p["nll"] for p in verdict["probe"] if "nll" in p]
+        assert len(nlls) == 2 and all(7.5 < v < 10 for v in nlls), nlls  # under the ceiling
+        assert "the most a first reference may be" in out, out
+        assert not refs.exists()
+
+        bad.unlink()
+        rc, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *probe)
+        assert rc == 0, out
+        assert all(v < 4 for v in json.loads(refs.read_text())["likelihood"].values())
+
+
 # ---- each fault class drains the node within two intervals and stays out while it lasts ----
 
 ACTING = ("--act", "--interval", "60s",

@@ -197,7 +197,12 @@ def test_the_likelihood_holds_within_the_tolerance() -> None:
     moved = likelihood.judge(_score(3.2), 2.75)  # +16 %
     assert moved and "likelihood moved" in moved and "tolerance 10%" in moved
     assert likelihood.judge(_score(3.2), 2.75, relative=0.2) is None
-    assert likelihood.judge(_score(2.8), None) is None  # no reference yet: the ceiling only
+    assert likelihood.judge(_score(2.8), None) is None  # no reference yet: a healthy first
+    # A first reference must be under FIRST_MAX_NLL (issue 47: soup at 9 nats passed MAX_NLL).
+    first = likelihood.judge(_score(9.0), None)
+    assert first is not None and "the most a first reference may be" in first
+    assert likelihood.judge(_score(9.0), 8.9) is None  # a reference exists: its tolerance rules
+    assert likelihood.judge(_score(9.0), None, first_max=9.5) is None
 
 
 def test_a_broken_kernel_fails_with_or_without_a_reference() -> None:

@@ -26,6 +26,9 @@ The ways a card goes bad (STANDIN_BAD_MODE), after the seed's symptoms:
   cjk_loop  a CJK answer that loops on its last character ("水的沸点是100摄氏度度度度度")
   cut_loop  a two-character loop cut mid-repeat by max_tokens ("巴黎巴黎巴黎巴")
   soup      random tokens of many scripts (乱码: "ancell наш 码ücret ...")
+  unlikely  broken from its first token, subtly (issue 47): filler words that read as text,
+            and plain text scored at -7.5 to -10.5 nats a token (a mean of 9: a perplexity
+            near 8,000, under the 10-nat ceiling that catches the other modes)
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from collections.abc import Iterator
 
 from standin_vllm.tokenizer import WORDS
 
-BAD_MODES = ("repeat", "wrong", "broken", "collapse", "cjk_loop", "cut_loop", "soup")
+BAD_MODES = ("repeat", "wrong", "broken", "collapse", "cjk_loop", "cut_loop", "soup", "unlikely")
 # Tokens at the start of an answer that do not depend on the batch.
 STABLE_TOKENS = 4
 
@@ -97,7 +100,7 @@ def generate(seed_text: str, seed: int | None, broken: bool = False, bad: str = 
         yield from itertools.repeat("!")
     if bad == "repeat":
         yield from itertools.repeat(next(healthy(seed_text, seed)))
-    if bad == "wrong":
+    if bad in ("wrong", "unlikely"):
         yield from _filler(seed_text, (seed or 0) + 104729, batch)
     if bad == "collapse":
         words = healthy(seed_text, seed)
@@ -119,18 +122,22 @@ def generate(seed_text: str, seed: int | None, broken: bool = False, bad: str = 
 
 
 def token_logprob(token_id: int, previous: int, position: int, batch: int, noise: float,
-                  bad: bool) -> float:
-    """log P(token | what came before) as the stand-in scores it."""
+                  bad: str) -> float:
+    """log P(token | what came before) as the stand-in scores it (`bad`: the mode, or "")."""
     base = zlib.crc32(f"{previous}:{token_id}".encode()) / 0xFFFFFFFF
+    if bad == "unlikely":
+        return -(7.5 + 3.0 * base)
     if bad:
         return -(10.0 + 8.0 * base)
     jitter = zlib.crc32(f"{position}:{batch}".encode()) / 0xFFFFFFFF * 2.0 - 1.0
     return -(0.5 + 4.5 * base) * (1.0 + noise * jitter if batch else 1.0)
 
 
-def generated_logprob(position: int, batch: int, noise: float, bad: bool) -> float:
+def generated_logprob(position: int, batch: int, noise: float, bad: str) -> float:
     """log P of a greedy token: the top-1, near 0 on a healthy card."""
     base = zlib.crc32(f"g{position}".encode()) / 0xFFFFFFFF
+    if bad == "unlikely":
+        return -(7.5 + 3.0 * base)
     if bad:
         return -(10.0 + 8.0 * base)
     jitter = zlib.crc32(f"g{position}:{batch}".encode()) / 0xFFFFFFFF * 2.0 - 1.0

@@ -12,6 +12,7 @@ number of sequences running at that moment.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -65,6 +66,12 @@ class Engine:
     def next_ordinal(self, kind: str) -> int:
         self._ordinals[kind] = self._ordinals.get(kind, 0) + 1
         return self._ordinals[kind]
+
+    async def step_gate(self) -> None:
+        """Wait while the engine core is stuck (STANDIN_HANG_FILE exists): no step runs."""
+        hang = self.settings.hang_file
+        while hang and os.path.exists(hang):
+            await asyncio.sleep(0.2)
 
     # --- admission ---------------------------------------------------------
     @property
@@ -162,6 +169,7 @@ class Engine:
                 if stall_after is not None and i == stall_after and stall_wait:
                     await stall_wait()
                     return False
+                await self.step_gate()
                 emit(i)
                 now = time.monotonic()
                 self.generation_tokens_total += 1

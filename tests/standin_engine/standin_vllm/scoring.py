@@ -25,7 +25,7 @@ class Scorer:
     vocab_size: int
     batch: int
     noise: float
-    bad: bool
+    bad: str  # the STANDIN_BAD_MODE in effect, "" on a healthy card
 
 
 def prompt_pieces(prompt: str | list[int], special: bool, vocab_size: int

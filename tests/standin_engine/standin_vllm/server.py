@@ -392,7 +392,7 @@ class App:
         response = self._full_response(model, chat, n_prompt, words, finish)
         if not chat:  # echo, logprobs, prompt_logprobs (scoring.py), in vLLM's shapes
             scoring.add(response["choices"][0], body, prompt, special, words,
-                        scoring.Scorer(cfg.vocab_size, batch, settings.logprob_noise, bool(bad)))
+                        scoring.Scorer(cfg.vocab_size, batch, settings.logprob_noise, bad))
         self._send_json(conn, request, 200, response)
 
     def _prefix_lookup(self, prompt: str | list[int], special: bool) -> PrefixRequest | None:

@@ -48,6 +48,12 @@ class Settings:
     bad_after: int = 0
     bad_file: str = ""
     bad_mode: str = "repeat"
+    # A stuck engine core (an NCCL or custom all-reduce that never returns): while the file
+    # STANDIN_HANG_FILE exists, no engine step runs. Requests are still accepted and counted
+    # as running; none gets a token (generation_tokens_total stands still); /health and
+    # /metrics still answer, as vLLM's API server process does while its engine core is stuck
+    # (vllm-project/vllm PR #36451, issue #39863). A restart (a fresh container) clears it.
+    hang_file: str = ""
     # STANDIN_BATCH_INVARIANT=1: greedy tokens do not depend on the batch (vLLM's batch-invariant
     # mode, compute capability >= 8.0); by default, as on a V100, tokens after the first few
     # and logprobs (by STANDIN_LOGPROB_NOISE, relative) depend on the requests in flight.
