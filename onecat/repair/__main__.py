@@ -27,9 +27,19 @@ from onecat import httpsync
 from onecat.files import read_json, write_json
 from onecat.serve.gate import key_from_env_file, smoke, wait_ready
 
-from . import history, lease_client
+from . import gpu_lock, history, lease_client
 from .files import HISTORY_FILE, ORDER_FILE, PROGRESS_FILE, REPORT_FILE
-from .run import REBOOTING, TERMINAL, Ladder, new_progress
+from .run import DRIVER_UNAVAILABLE, REBOOTING, TERMINAL, Ladder, new_progress
+
+# Monitors that hold the GPUs' device files open and make `nvidia-smi -r` fail "In use by
+# another client" (NVSentinel #1690, #1691, #1243; microsoft/lisa #4716): stopped for the
+# reset when active, started again after (the datacenter-gpu-manager package's unit, its older
+# name, dcgm-exporter installed as a host service).
+MONITOR_UNITS = ("nvidia-dcgm.service", "dcgm.service", "dcgm-exporter.service",
+                 "nvidia-dcgm-exporter.service")
+# NVML errors that say the driver is not there, not that a card failed: NVML_ERROR_
+# DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, LIB_RM_VERSION_MISMATCH (nvml.h).
+DRIVER_ERRORS = (9, 12, 18)
 
 
 def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None,
@@ -128,39 +138,81 @@ class NodeHost:
         rc, out = _run(["systemctl", "start", "--no-block", self.args.engine_unit], 120)
         return None if rc == 0 else out or f"rc {rc}"
 
-    def _persistent(self, ids: str) -> list[str]:
-        """The GPUs (of `ids`) in persistence mode; none when it cannot be asked."""
-        rc, out = _run([self.args.nvidia_smi, "--query-gpu=index,persistence_mode",
-                        "--format=csv,noheader", "-i", ids], 60, raw=True)
-        if rc != 0:
-            return []  # a lost GPU cannot be asked: the reset says so itself
-        rows = (line.split(",") for line in out.splitlines())
-        return [row[0].strip() for row in rows
-                if len(row) == 2 and row[0].strip().isdigit() and row[1].strip() == "Enabled"]
+    def _persistent(self, indices: list[int]) -> list[str]:
+        """The GPUs (of `indices`) in persistence mode, asked one by one: a GPU that cannot
+        be asked (lost) must not keep its healthy peer's persistence on, which would make the
+        pair's reset fail."""
+        found = []
+        for index in indices:
+            rc, out = _run([self.args.nvidia_smi, "--query-gpu=index,persistence_mode",
+                            "--format=csv,noheader", "-i", str(index)], 60, raw=True)
+            if rc == 0 and any(line.split(",")[-1].strip() == "Enabled"
+                               for line in out.splitlines()):
+                found.append(str(index))
+        return found
+
+    def _active_monitors(self) -> list[str]:
+        return [unit for unit in self.args.monitor_units
+                if _run(["systemctl", "is-active", "--quiet", unit], 30)[0] == 0]
 
     def reset_gpus(self, indices: list[int]) -> tuple[bool, str]:
         """`nvidia-smi -r` of the GPUs. Persistence mode (nvidia-persistenced, which the driver
-        stage enables) holds the device and makes the reset fail "In use by another client"
-        (NVIDIA/NVSentinel#1690, gpu-operator#118): it is disabled first and restored after,
-        on the failure path too."""
+        stage enables) and GPU monitors (DCGM, dcgm-exporter) hold the device and make the
+        reset fail "In use by another client" (NVIDIA/NVSentinel#1690, gpu-operator#118): they
+        are lifted first and restored after, on the failure path too."""
+        with gpu_lock.held(self.args.state_dir):  # the watch reads no NVML meanwhile
+            return self._reset(indices)
+
+    def _reset(self, indices: list[int]) -> tuple[bool, str]:
         ids = ",".join(str(i) for i in indices)
-        persistent = self._persistent(ids) if ids else []
-        if persistent:
-            rc, out = _run([self.args.nvidia_smi, "-pm", "0", "-i", ",".join(persistent)], 60)
-            if rc != 0:
-                return False, f"persistence mode could not be disabled: {out or f'rc {rc}'}"
+        monitors = self._active_monitors()
+        for unit in monitors:
+            _run(["systemctl", "stop", unit], 120)
+        persistent = self._persistent(indices)
         try:
+            if persistent:
+                rc, out = _run([self.args.nvidia_smi, "-pm", "0", "-i", ",".join(persistent)],
+                               60)
+                if rc != 0:
+                    return False, f"persistence mode could not be disabled: {out or f'rc {rc}'}"
             argv = [self.args.nvidia_smi, "-r", *(["-i", ids] if ids else [])]
             rc, out = _run(argv, 300)
         finally:
             if persistent:
                 _run([self.args.nvidia_smi, "-pm", "1", "-i", ",".join(persistent)], 60)
+            for unit in monitors:
+                _run(["systemctl", "start", "--no-block", unit], 60)
         if rc != 0:
             # nvidia-smi names no process; the operator needs to know which one holds the GPU.
             held = holders(self.args.device_dir, indices)
             if held:
                 out = f"{out} (held by {', '.join(held)})"
         return rc == 0, out or f"rc {rc}"
+
+    def wait_driver(self, timeout_s: float) -> str | None:
+        """After a boot: until NVML starts (the module loaded; DKMS may build it first) and
+        nvidia-persistenced runs where it is enabled, at most `timeout_s`. Why not, or None."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            why = self._driver_missing()
+            if not why or time.monotonic() >= deadline:
+                return why or None
+            time.sleep(5.0)
+
+    def _driver_missing(self) -> str:
+        try:
+            import pynvml
+
+            from onecat.health.nvml import gather
+            gather(pynvml, check_xid=False)
+        except Exception as error:  # a card's own fault is the look's, after this wait
+            if getattr(error, "code", None) in DRIVER_ERRORS:  # NvmlUnavailable
+                return f"NVML error {error.code}: {error}"
+        if _run(["systemctl", "is-enabled", "--quiet", "nvidia-persistenced.service"], 30)[0] \
+                == 0 and _run(["systemctl", "is-active", "--quiet",
+                               "nvidia-persistenced.service"], 30)[0] != 0:
+            return "nvidia-persistenced is enabled and not running yet"
+        return ""
 
     def look(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The GPUs' state as the watch judges it (a reset is judged before anything starts)."""
@@ -172,6 +224,10 @@ class NodeHost:
             readings = gather(pynvml, check_xid=False)
             findings = state_findings(readings, watch_thresholds(self.args.expected_gpus))
         except Exception as error:  # NVML gone after a failed reset: a fault, not a crash
+            if getattr(error, "code", None) in DRIVER_ERRORS:  # NvmlUnavailable: the node's
+                return {}, [{"severity": "error", "code": DRIVER_UNAVAILABLE, "gpu": None,
+                             "message": f"the NVIDIA driver is not there: NVML error "
+                                        f"{error.code}: {error}"}]
             return {}, [{"severity": "error", "code": "nvml_read", "gpu": None,
                          "message": f"NVML cannot be read: {type(error).__name__}: {error}"}]
         return readings, [f.as_dict() for f in findings]
@@ -302,6 +358,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine-unit", default="vllm.service")
     parser.add_argument("--watch-unit", default="onecat-watch.service")
     parser.add_argument("--nvidia-smi", default="nvidia-smi")
+    parser.add_argument("--monitor-unit", dest="monitor_units", action="append",
+                        help="a unit that holds the GPUs open, stopped for a reset when active "
+                             "(repeat; default: " + ", ".join(MONITOR_UNITS) + ")")
+    parser.add_argument("--driver-wait", type=float, default=600.0,
+                        help="seconds to wait after a boot for the driver to read the GPUs")
     parser.add_argument("--device-dir", type=Path, default=Path("/dev"),
                         help="where the GPUs' device files are (nvidia0, nvidia1, ...)")
     parser.add_argument("--serving-record", type=Path,
@@ -325,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--boot-token", type=Path, default=Path("/run/onecat-repair/boot"),
                         help="this boot's token (in /run: a boot empties it)")
     args = parser.parse_args(argv)
+    args.monitor_units = args.monitor_units or list(MONITOR_UNITS)
     if args.release:
         return _release(args)
     state = args.state_dir
@@ -346,7 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     node=host.node, lease_poll_s=args.lease_poll,
                     history=history.load(read_json(state / HISTORY_FILE)),
                     save_history=lambda h: write_json(state / HISTORY_FILE, h, 0o600),
-                    report=lambda r: write_json(state / REPORT_FILE, r))
+                    report=lambda r: write_json(state / REPORT_FILE, r),
+                    driver_wait_s=args.driver_wait)
     ended = ladder.run()
     if ended != REBOOTING:
         _kick_watch(args.watch_unit)

@@ -12,6 +12,13 @@ a crash or the reboot it asked for. The node is out of rotation throughout (the 
 
 Every side effect goes through `Host` (run's __main__ gives the real one: systemctl,
 nvidia-smi, NVML, the lease server, the burn-in), so the ladder's order is tested on its own.
+
+The ladder blames a card only for what the card did (issue 47): a reset refused by the card's
+environment (a monitor that opened the device meanwhile: NVSentinel #1690, #1243, microsoft/lisa
+#4716, "In use by another client") is tried again after a backoff; after a boot the runner waits
+for the driver (its module, nvidia-persistenced) before it judges, and a driver that never
+comes (a kernel that unattended-upgrades installed without its module) ends the repair as
+failed, the card's history untouched, never as "service required".
 """
 
 from __future__ import annotations
@@ -25,6 +32,15 @@ from onecat.health.judge import ERROR
 
 from . import history
 from .remedies import REBOOT, RESET
+
+# A look that could not read NVML because the driver is not there (not loaded, its library
+# missing, a userspace newer than the module): the node's, never the card's.
+DRIVER_UNAVAILABLE = "driver_unavailable"
+# Tries of a reset the GPUs' environment refused, and the waits between them.
+RESET_BACKOFF_S = (15.0, 60.0)
+# How long the runner waits after a boot for the driver to read the GPUs (DKMS may build the
+# module for a new kernel first: minutes).
+DRIVER_WAIT_S = 600.0
 
 # The steps, in the order the progress file names them.
 LEASE, DRAINING, STOPPING, RESETTING, JUDGING, STARTING, GATING, BURNING_IN = (
@@ -50,6 +66,7 @@ class Host(Protocol):
     def reboot(self) -> str | None: ...
     def admit(self) -> None: ...
     def boot_id(self) -> str | None: ...
+    def wait_driver(self, timeout_s: float) -> str | None: ...
 
 
 @dataclass
@@ -70,6 +87,8 @@ class Ladder:
     report: Callable[[dict[str, Any]], None] = lambda _report: None
     # The last look's readings (the cards' names after the repair).
     last_readings: dict[str, Any] | None = None
+    reset_backoff_s: tuple[float, ...] = RESET_BACKOFF_S
+    driver_wait_s: float = DRIVER_WAIT_S
 
     def _at(self, step: str, detail: str = "") -> None:
         now = self.clock()
@@ -139,6 +158,11 @@ class Ladder:
         readings, findings = self.host.look()
         self.last_readings = readings
         faults = self._faults(findings)
+        if faults and all(f.get("code") == DRIVER_UNAVAILABLE for f in faults):
+            why = "; ".join(str(f.get("message")) for f in faults[:1])
+            self._tried(rung, f"the driver is not there: {why}")
+            return self._end(FAILED, f"the driver is not there after the {rung}: {why}: the "
+                                     "node's, not the card's (no service asked)")
         if faults:
             why = "; ".join(str(f.get("message")) for f in faults[:3])
             self._tried(rung, f"did not clear it: {why}")
@@ -194,6 +218,13 @@ class Ladder:
             self._tried(REBOOT, "the node booted")
             if not self._lease():
                 return self._end(FAILED, "no repair lease after the reboot")
+            self._at(JUDGING, "waiting for the driver after the boot")
+            missing = self.host.wait_driver(self.driver_wait_s)
+            if missing:
+                return self._end(FAILED, (
+                    f"the driver did not come back within {self.driver_wait_s:.0f} s of the "
+                    f"boot: {missing}: the node's, not the card's (a kernel without its module? "
+                    "`dkms status`); no service asked"))
             return self._after_clearing(REBOOT)
         rungs = list(self.progress.get("rungs") or [])
         if not rungs:
@@ -218,6 +249,14 @@ class Ladder:
         self.progress["rung"] = RESET
         self._at(RESETTING, "GPU " + ", ".join(str(i) for i in indices))
         done, output = self.host.reset_gpus(indices)
+        for wait in self.reset_backoff_s:
+            if done:
+                break
+            # Refused by the GPUs' environment as often as by the card: once more, later.
+            self._tried(RESET, f"refused: {output}; again in {wait:.0f} s")
+            self._at(RESETTING, f"again in {wait:.0f} s after: {output}")
+            self.sleep(wait)
+            done, output = self.host.reset_gpus(indices)
         if not done:
             self._tried(RESET, f"failed: {output}")
             return self._next(RESET, f"the reset failed: {output}", self.host.look()[0])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from onecat.files import write_atomic
 from onecat.health.nvml import LIB_RM_VERSION_MISMATCH, NvmlUnavailable
-from onecat.repair import lease_client
+from onecat.repair import gpu_lock, lease_client
 from onecat.serve.gate import key_from_env_file
 
 from . import act
@@ -342,6 +342,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.probe_prompts and not args.probe_prompts.is_file():
         parser.error(f"--probe-prompts {args.probe_prompts}: no such file; give a file of "
                      "fixed prompts, one per line")
+    if gpu_lock.busy(args.repair_dir):
+        # The repair runner resets the GPUs (the node is out, in its hands): an NVML read now
+        # would be one more client on the devices, and no verdict. The next look judges.
+        print(f"{platform.node()}: the repair runner is resetting the GPUs: this look is "
+              "skipped")
+        return EXIT_HEALTHY
     try:
         import pynvml
     except ImportError:

@@ -59,7 +59,8 @@ class Node(NodeHost):
 args = argparse.Namespace(node="node", api_key_file=Path("/nonexistent"),
                           serving_record=Path("/nonexistent"), lease_token_file=None,
                           nvidia_smi=sys.argv[4], expected_gpus=2, device_dir=dev,
-                          boot_token=run_dir / "onecat-repair" / "boot")
+                          boot_token=run_dir / "onecat-repair" / "boot",
+                          state_dir=run_dir / "repair", monitor_units=[])
 host = Node(args)
 host.start_engine()
 readings, findings = host.look()

@@ -193,12 +193,17 @@ class Node:
     """The node as the ladder sees it, scripted: what each call answers, and the calls made."""
 
     def __init__(self, *, reset_ok: bool = True, clears: tuple[str, ...] = ("reset",),
-                 lease: list[bool] | None = None, burn_in: tuple[bool, list] = (True, [])) -> None:
+                 lease: list[bool] | None = None, burn_in: tuple[bool, list] = (True, []),
+                 refusals: int = 0, driver_after_s: float = 0.0) -> None:
         self.calls: list[str] = []
         self.reset_ok, self.clears, self.burn = reset_ok, clears, burn_in
         self.leases = list(lease or [True])
         self.cleared_by: str | None = None
         self.boot = "boot-1"
+        # A foreign process holds the GPUs for this many resets (then its owner stops it).
+        self.refusals = refusals
+        # After a boot, the driver can read the GPUs this many seconds later (DKMS, udev).
+        self.driver_after_s = driver_after_s
 
     def take_lease(self, reason: str) -> tuple[bool, str]:
         self.calls.append("lease")
@@ -222,6 +227,11 @@ class Node:
 
     def reset_gpus(self, indices: list[int]) -> tuple[bool, str]:
         self.calls.append(f"reset {indices}")
+        if self.refusals > 0:
+            self.refusals -= 1
+            # nvidia-smi's words when another client holds the GPU (NVSentinel #1690).
+            return False, ("Unable to reset GPU 00000000:5E:00.0 because it's being used by "
+                           "some other process (held by GPU 1: pid 4242 (nv-hostengine))")
         if self.reset_ok and "reset" in self.clears:
             self.cleared_by = "reset"
         return self.reset_ok, "ok" if self.reset_ok else "Unable to reset GPU 1: GPU is lost"
@@ -248,6 +258,12 @@ class Node:
 
     def boot_id(self) -> str | None:
         return self.boot
+
+    def wait_driver(self, timeout_s: float) -> str | None:
+        self.calls.append("wait-driver")
+        if self.driver_after_s <= timeout_s:
+            return None
+        return "NVML error 9: Driver Not Loaded"
 
 
 def _work(node: Node) -> list[str]:
@@ -296,8 +312,10 @@ def test_a_failed_reset_reboots_when_allowed_and_goes_on_after_the_boot() -> Non
     assert ladder.run() == REBOOTING  # the same boot: the reboot is under way
     node.boot, node.cleared_by = "boot-2", "reboot"
     assert ladder.run() == READMITTED
-    assert _work(node)[-6:] == ["look", "start", "gate", "burn-in", "admit", "release"]
-    assert [t["rung"] for t in ladder.progress["tried"]] == ["reset", "reboot", "reboot"]
+    assert _work(node)[-7:] == ["wait-driver", "look", "start", "gate", "burn-in", "admit",
+                                "release"]
+    # The reset was refused three times (two retries after a backoff), then the reboot.
+    assert [t["rung"] for t in ladder.progress["tried"]] == ["reset"] * 3 + ["reboot"] * 2
 
 
 def test_a_failed_reset_without_the_reboot_rung_holds_the_node() -> None:
@@ -404,3 +422,55 @@ def test_a_repair_for_bad_answers_names_no_card() -> None:
     older = new_progress({"id": "1", "rungs": ["reset"], "faults": [garbage.as_dict()]},
                          _readings(), 0.0)
     assert len(older["cards"]) == 2
+
+
+def test_a_reset_refused_by_a_foreign_process_succeeds_on_retry_after_it_stopped() -> None:
+    """The first reset meets a monitor holding the GPU (nv-hostengine); the runner waits out
+    the backoff and tries again: the card is reset and readmitted, no reboot, no service."""
+    node, saved = Node(refusals=1), []
+    waits: list[float] = []
+    ladder = _ladder(node, ["reset", "reboot"], saved)
+    ladder.sleep = waits.append
+    assert ladder.run() == READMITTED
+    assert _work(node).count("reset [0, 1]") == 2 and "reboot" not in node.calls
+    assert waits == [15.0]
+    tried = ladder.progress["tried"]
+    assert tried[0]["outcome"].startswith("refused: Unable to reset GPU") and "again in 15 s" \
+        in tried[0]["outcome"]
+    assert tried[-1] == {**tried[-1], "rung": "reset", "outcome": "cleared"}
+
+
+def test_a_boot_whose_driver_loads_late_is_waited_for_and_one_that_never_loads_is_no_card_fault(
+        ) -> None:
+    """After the reboot rung the runner waits for the driver before it judges: a module that
+    loads 30 s late is judged and readmitted; one that never loads (a kernel without its module)
+    ends the repair as failed, never as 'service required', and counts against no card."""
+    node, saved = Node(reset_ok=False, clears=("reboot",), driver_after_s=30.0), []
+    ladder = _ladder(node, ["reset", "reboot"], saved)
+    assert ladder.run() == REBOOTING
+    node.boot, node.cleared_by = "boot-2", "reboot"
+    assert ladder.run() == READMITTED
+    assert "waiting for the driver after the boot" in [p.get("detail") for p in saved]
+
+    node, saved = Node(reset_ok=False, clears=("reboot",), driver_after_s=1e9), []
+    ladder = _ladder(node, ["reset", "reboot"], saved)
+    assert ladder.run() == REBOOTING
+    node.boot = "boot-2"
+    assert ladder.run() == FAILED
+    assert "the driver did not come back within 600 s" in saved[-1]["reason"]
+    assert "no service asked" in saved[-1]["reason"] and not ladder.reports
+    assert ladder.history["counts"]["service_required"] == 0
+
+
+def test_a_look_that_finds_no_driver_after_a_reset_is_the_nodes_not_the_cards() -> None:
+    class NoDriver(Node):
+        def look(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            self.calls.append("look")
+            return {}, [{"severity": "error", "code": "driver_unavailable", "gpu": None,
+                         "message": "the NVIDIA driver is not there: NVML error 9"}]
+
+    node, saved = NoDriver(), []
+    ladder = _ladder(node, ["reset", "reboot"], saved)
+    assert ladder.run() == FAILED
+    assert "reboot" not in node.calls and not ladder.reports
+    assert "the node's, not the card's" in saved[-1]["reason"]
