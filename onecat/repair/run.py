@@ -23,6 +23,7 @@ failed, the card's history untouched, never as "service required".
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,8 +37,12 @@ from .remedies import REBOOT, RESET
 # A look that could not read NVML because the driver is not there (not loaded, its library
 # missing, a userspace newer than the module): the node's, never the card's.
 DRIVER_UNAVAILABLE = "driver_unavailable"
-# Tries of a reset the GPUs' environment refused, and the waits between them.
+# Tries of a reset the GPUs' environment refused, and the waits between them. Only a refusal
+# for a device in use is tried again (nvidia-smi: "In use by another client", "... because
+# it's being used by some other process"; the runner adds "held by" with the holders): a lost
+# GPU ("GPU is lost. Reboot the system to recover this GPU") does not come back by waiting.
 RESET_BACKOFF_S = (15.0, 60.0)
+IN_USE = re.compile(r"in use|being used|held by|busy", re.IGNORECASE)
 # How long the runner waits after a boot for the driver to read the GPUs (DKMS may build the
 # module for a new kernel first: minutes).
 DRIVER_WAIT_S = 600.0
@@ -250,7 +255,7 @@ class Ladder:
         self._at(RESETTING, "GPU " + ", ".join(str(i) for i in indices))
         done, output = self.host.reset_gpus(indices)
         for wait in self.reset_backoff_s:
-            if done:
+            if done or not IN_USE.search(output):
                 break
             # Refused by the GPUs' environment as often as by the card: once more, later.
             self._tried(RESET, f"refused: {output}; again in {wait:.0f} s")
