@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 import nvml_double_harness as double  # noqa: E402
 from standin_harness import standin  # noqa: E402
 
-from onecat.watch.probe import SCORE_PREFIX  # noqa: E402
-from onecat.watch.prompts import DEFAULT_FILE, read  # noqa: E402
+from onecat.answers.probe import SCORE_PREFIX  # noqa: E402
+from onecat.answers.prompts import DEFAULT_FILE, read  # noqa: E402
 
 CHILD = "ONECAT_ANSWER_JUDGING_CHILD"
 SCENARIO = "healthy_pcie_pair"

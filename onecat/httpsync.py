@@ -9,7 +9,7 @@ detected (``read(n)`` returns it without a word), and one error type, ``BadAnswe
 answer that is not well-formed HTTP (IncompleteRead, LineTooLong, BadStatusLine, bad chunking,
 an over-long body, not JSON), whose text is one printable line. Nothing answering is an
 OSError, as from the socket; ``AnswerTimeout`` (one) when the server took the request and
-said nothing in time (a stuck engine, onecat/watch/hung.py).
+said nothing in time (a stuck engine, onecat/answers/hung.py).
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from onecat.answers.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
+from onecat.answers.prompts import read as read_prompts
 from onecat.files import write_json
 from onecat.health.nvml import NvmlUnavailable, unavailable_line
 from onecat.serve.gate import key_from_env_file
-from onecat.watch.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
-from onecat.watch.prompts import read as read_prompts
 
 EXIT_ADMITTED, EXIT_REFUSED, EXIT_CANNOT_RUN = 0, 1, 2
 

@@ -7,7 +7,7 @@ loaded, a pending retirement or a lost GPU; a fatal Xid; a GPU gone; hardware sl
 sustained by gpud's rule, onecat/watch/throttle.py; one sample of slowdown only warns), answers
 that degenerate or lack what a right answer contains (idle or under load), a likelihood outside
 the tolerance of the canary's (idle) or of the node's own idle one (under load), and a server
-that fails requests under load. Answers are never compared with answers (onecat/watch/probe.py:
+that fails requests under load. Answers are never compared with answers (onecat/answers/probe.py:
 the engine is not batch-invariant on a V100).
 """
 
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from onecat.answers.probe import SCORE_PREFIX, ProbeResult
 from onecat.health.judge import ERROR
 from onecat.watch import throttle
 from onecat.watch.deltas import (
@@ -29,7 +30,6 @@ from onecat.watch.deltas import (
     verdict,
     watch_thresholds,
 )
-from onecat.watch.probe import SCORE_PREFIX, ProbeResult
 
 from .load import LoadTally
 

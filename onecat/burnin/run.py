@@ -8,9 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from onecat.health.nvml import NvmlUnavailable, gather
-from onecat.watch.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
-from onecat.watch.probe import (
+from onecat.answers.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
+from onecat.answers.probe import (
     ProbeResult,
     answers,
     likelihoods,
@@ -18,7 +17,8 @@ from onecat.watch.probe import (
     score,
     stored_likelihoods,
 )
-from onecat.watch.prompts import PromptSet
+from onecat.answers.prompts import PromptSet
+from onecat.health.nvml import NvmlUnavailable, gather
 
 from .judge import Asked, answer_findings, burnin_verdict, gpu_findings, load_findings, series_row
 from .load import Load

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from onecat.answers.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
+from onecat.answers.prompts import read as read_prompts
 from onecat.files import write_atomic
 from onecat.health.nvml import LIB_RM_VERSION_MISMATCH, NvmlUnavailable
 from onecat.repair import gpu_lock, lease_client
@@ -22,7 +24,6 @@ from onecat.serve.gate import key_from_env_file
 
 from . import act
 from .deltas import watch_thresholds
-from .likelihood import FIRST_MAX_NLL, REL_TOLERANCE
 from .look import (
     ACTION_FILE,
     BOOT_ID_FILE,
@@ -39,7 +40,6 @@ from .look import (
     probe_due,
     serving_probe,
 )
-from .prompts import read as read_prompts
 
 
 def _probe(args: argparse.Namespace) -> Probe | None:

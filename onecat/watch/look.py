@@ -29,6 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from onecat import httpsync
+from onecat.answers import hung
+from onecat.answers.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
+from onecat.answers.probe import (
+    ProbeResult,
+    answers,
+    as_set,
+    ask_all,
+    likelihoods,
+    stored_likelihoods,
+)
+from onecat.answers.prompts import PromptSet
 from onecat.files import read_json, write_atomic, write_json
 from onecat.health.judge import ERROR, WARNING, Thresholds
 from onecat.health.nvml import gather
@@ -36,12 +47,9 @@ from onecat.repair import files as repair_files
 from onecat.repair import floor
 from onecat.repair import history as repair_history
 
-from . import act, hung, throttle
+from . import act, throttle
 from .deltas import Finding, Limits, change_findings, state_findings, verdict
-from .likelihood import FIRST_MAX_NLL, REL_TOLERANCE
 from .metrics import render
-from .probe import ProbeResult, answers, as_set, ask_all, likelihoods, stored_likelihoods
-from .prompts import PromptSet
 
 EXIT_HEALTHY, EXIT_FINDINGS, EXIT_CANNOT_READ = 0, 1, 2
 STATE_FILE = "last-readings.json"

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 import nvml_double_harness as double
 from standin_harness import standin
 
-from onecat.watch.prompts import SCORE_TEXTS
+from onecat.answers.prompts import SCORE_TEXTS
 
 PROMPTS = "The capital of France is => Paris\nCount from one to ten: one, two, three,\n"
 

@@ -148,7 +148,7 @@ def test_bench_against_a_malformed_server_exits_1_with_one_line(bad_server: str,
 
 def test_a_server_that_takes_the_request_and_says_nothing_is_told_from_one_that_is_not_there(
         ) -> None:
-    """A listener that accepts and never answers (a stuck engine: onecat/watch/hung.py) is an
+    """A listener that accepts and never answers (a stuck engine: onecat/answers/hung.py) is an
     AnswerTimeout, and the smoke completion says 'no answer in time'; a port nobody listens
     on is a plain refusal."""
     import socket

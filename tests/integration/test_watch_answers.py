@@ -17,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 import nvml_double_harness as double
 from standin_harness import standin
 
+from onecat.answers.prompts import DEFAULT_FILE
 from onecat.burnin.load import Load
-from onecat.watch.prompts import DEFAULT_FILE
 
 SCENARIO = "healthy_pcie_pair"
 

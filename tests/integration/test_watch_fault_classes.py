@@ -24,7 +24,7 @@ from standin_harness import standin
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bad_http import ANSWERS, serving
 
-from onecat.watch.prompts import DEFAULT_FILE
+from onecat.answers.prompts import DEFAULT_FILE
 
 SCENARIO = "healthy_pcie_pair"
 # Acting as the role does, with an engine unit that cannot restart (the restart fails, so the

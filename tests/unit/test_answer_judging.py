@@ -1,4 +1,4 @@
-"""Answers judged as a non-batch-invariant engine needs (onecat.watch.degenerate, prompts,
+"""Answers judged as a non-batch-invariant engine needs (onecat.answers.degenerate, prompts,
 likelihood, probe): known answers, degeneracy on characters and tokens, likelihood within a
 tolerance; never one answer compared with another."""
 # ruff: noqa: RUF001  (multilingual answers: Cyrillic, Arabic, full-width characters on purpose)
@@ -15,11 +15,10 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from onecat.watch import likelihood
-from onecat.watch.degenerate import LOOP_MIN, RUN_MIN, degenerate, soup, tail_loop
-from onecat.watch.look import IDENTITY_KEYS
-from onecat.watch.probe import judge
-from onecat.watch.prompts import (
+from onecat.answers import likelihood
+from onecat.answers.degenerate import LOOP_MIN, RUN_MIN, degenerate, soup, tail_loop
+from onecat.answers.probe import judge
+from onecat.answers.prompts import (
     DEFAULT_FILE,
     SCORE_TEXTS,
     ProbePrompt,
@@ -28,6 +27,7 @@ from onecat.watch.prompts import (
     parse,
     read,
 )
+from onecat.watch.look import IDENTITY_KEYS
 
 # --- degeneracy: the seed's symptoms -------------------------------------------------------
 

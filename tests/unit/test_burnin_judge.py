@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from onecat.answers.probe import ProbeResult
 from onecat.burnin.judge import (
     Asked,
     answer_findings,
@@ -11,7 +12,6 @@ from onecat.burnin.judge import (
     series_row,
 )
 from onecat.burnin.load import LoadTally
-from onecat.watch.probe import ProbeResult
 
 
 def _reading(uncorrected: int = 0, throttle: list[str] | None = None, temp: int = 60,

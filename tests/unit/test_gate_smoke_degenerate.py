@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from onecat.answers.degenerate import degenerate
 from onecat.serve import gate
 from onecat.serve.gate import judge_smoke
-from onecat.watch.degenerate import degenerate
 
 GARBAGE = {
     "partial collapse": " Paris!!!!!!!!",
@@ -56,9 +56,14 @@ def test_the_gate_and_the_watch_agree(text: str) -> None:
     assert judge_smoke(text)[0] is (degenerate(text) is None)
 
 
-def test_the_gate_imports_the_detector_relatively() -> None:
+def test_the_gate_imports_the_detector_relatively_and_nothing_from_the_watch() -> None:
     # On a node gate.py is ansible.module_utils.onecat.serve.gate: no `onecat` package there,
-    # so the detector must come in by a relative import (AnsiballZ ships it along).
-    assert gate.degenerate is degenerate
+    # so what judges answers must come in by relative imports (AnsiballZ ships them along),
+    # from onecat/answers, the home the gate, the watch and the burn-in share (issue 47).
+    from onecat.answers import ask
+
+    assert ask.degenerate is degenerate and gate.judge_smoke is ask.judge_smoke
     source = gate.__loader__.get_source(gate.__name__) or ""
-    assert "from ..watch.degenerate import degenerate" in source
+    assert "from ..answers.ask import" in source
+    asking = ask.__loader__.get_source(ask.__name__) or ""
+    assert "from .degenerate import degenerate" in asking

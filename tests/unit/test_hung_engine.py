@@ -1,8 +1,8 @@
-"""onecat/watch/hung.py: a stuck engine told from a slow one and from one that is down."""
+"""onecat/answers/hung.py: a stuck engine told from a slow one and from one that is down."""
 
 from __future__ import annotations
 
-from onecat.watch.hung import Activity, activity, stuck
+from onecat.answers.hung import Activity, activity, stuck
 
 # vLLM's own shape: one sample per model and engine, HELP/TYPE lines, the _created twin.
 PAGE = """# HELP vllm:num_requests_running Number of requests in model execution batches.

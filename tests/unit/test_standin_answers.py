@@ -20,8 +20,8 @@ from standin_harness import standin  # noqa: E402
 from standin_vllm import answers  # noqa: E402
 from standin_vllm.settings import from_env  # noqa: E402
 
-from onecat.watch.probe import ask_all, likelihoods  # noqa: E402
-from onecat.watch.prompts import DEFAULT_FILE, read  # noqa: E402
+from onecat.answers.probe import ask_all, likelihoods  # noqa: E402
+from onecat.answers.prompts import DEFAULT_FILE, read  # noqa: E402
 
 MODEL = "standin-model"
 

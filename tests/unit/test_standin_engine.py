@@ -372,7 +372,7 @@ def test_broken_mode_repeats_one_token(tmp_path):
 
 
 def test_a_card_going_bad_answers_garbage_after_n_requests(tmp_path):
-    from onecat.watch.probe import garbage
+    from onecat.answers.probe import garbage
 
     request = {"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}
     with standin(tmp_path, env={"STANDIN_BAD_AFTER": "2"}) as s:
@@ -384,7 +384,7 @@ def test_a_card_going_bad_answers_garbage_after_n_requests(tmp_path):
 
 
 def test_a_card_going_bad_while_a_file_exists_answers_wrong(tmp_path):
-    from onecat.watch.probe import judge
+    from onecat.answers.probe import judge
 
     flag = tmp_path / "bad"
     request = {"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0}

@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from onecat.serve.gate import NO_ANSWER_IN_TIME, Malformed, TimedOut, _request
+from .ask import NO_ANSWER_IN_TIME, Malformed, TimedOut, request
 
 REL_TOLERANCE = 0.10
 ABS_TOLERANCE = 0.05
@@ -70,7 +70,7 @@ def score(base_url: str, model: str, text: str, api_key: str = "",
     """Score one reference text on the node's server."""
     body = {"model": model, "prompt": text, "max_tokens": 1, "echo": True, "logprobs": 0,
             "temperature": 0}
-    status, answer = _request(f"{base_url}/v1/completions", api_key, body, timeout_s)
+    status, answer = request(f"{base_url}/v1/completions", api_key, body, timeout_s)
     if isinstance(answer, Malformed):
         # Reached, and answering wrong: a fault, as in probe.probe.
         return Score(text, None, error=f"a malformed HTTP answer ({answer})")

@@ -22,9 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from onecat.serve.gate import MALFORMED_ANSWER, NO_ANSWER_IN_TIME, Malformed, _request, smoke
-
 from . import likelihood
+from .ask import MALFORMED_ANSWER, NO_ANSWER_IN_TIME, Malformed, request, smoke
 from .degenerate import degenerate
 from .prompts import ProbePrompt, PromptSet, missing
 
@@ -70,7 +69,7 @@ def tokenize(base_url: str, served_name: str, text: str, api_key: str = "",
              timeout_s: float = 30) -> list[int] | None:
     """The served model's tokens of `text` (vLLM's POST /tokenize), None when it cannot tell."""
     body = {"model": served_name, "prompt": text, "add_special_tokens": False}
-    status, answer = _request(f"{base_url}/tokenize", api_key, body, timeout_s)
+    status, answer = request(f"{base_url}/tokenize", api_key, body, timeout_s)
     if status != 200 or isinstance(answer, Malformed) or not isinstance(answer, dict):
         return None
     tokens = answer.get("tokens")
