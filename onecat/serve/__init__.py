@@ -10,7 +10,8 @@ Ships to nodes (stdlib only): flags.py, inputs.py, image_ref.py, gate.py — use
 by library/vllm_serve_command.py and library/vllm_gate.py as
 ansible.module_utils.onecat.serve.*; gate.py brings ../answers/ask.py and
 ../answers/degenerate.py along (the smoke completion and the degeneracy detector the
-watch and the burn-in judge by too) and ../httpsync.py (its HTTP client). guard.py runs inside the engine container (vLLM's --middleware;
-roles/vllm_serve/files/onecat_guard.py links to it) and closes every path of the server
-behind its keys.
+watch and the burn-in judge by too) and ../httpsync.py (its HTTP client). guard.py
+runs inside the engine container (vLLM's --middleware;
+roles/vllm_serve/files/onecat_guard.py links to it) and closes every path of the
+server behind its keys.
 """

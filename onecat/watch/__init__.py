@@ -7,8 +7,9 @@ uncorrectable errors since the driver loaded) and says what arrived since the pr
 reboot's counters apart); throttle.py fails hardware slowdown only when it is sustained (gpud's
 rule), from a history of looks. The quality probe's questions and their judging live in
 onecat/answers (shared with the serve gate and the burn-in). metrics.py writes both in
-Prometheus' text format for node_exporter's textfile collector. act.py decides what the node does about a look (drain, restart the engine once, hold
-out); look.py runs one look and records it; status.py renders `onecat status`'s table.
+Prometheus' text format for node_exporter's textfile collector. act.py decides what the node
+does about a look (drain, restart the engine once, hold out); look.py runs one look and
+records it; status.py renders `onecat status`'s table.
 
 Stdlib and pynvml only. Ships to nodes: roles/watch copies the modules `python3 -m
 onecat.watch` imports (its vars/main.yml lists them) and runs them from a systemd timer.
