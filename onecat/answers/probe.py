@@ -29,6 +29,17 @@ from .prompts import ProbePrompt, PromptSet, missing
 
 SCORE_PREFIX = "score: "
 
+# What a probe's references are recorded for (serving.json's keys; roles/burnin keys the
+# canary's the same way): the image, the model revision and path, the served name and the
+# engine's arguments.
+IDENTITY_KEYS = ("image_id", "model_revision", "model_path", "served_model_name",
+                 "engine_args_sha256")
+
+
+def references_identity(record: dict[str, Any]) -> str:
+    """What a serving record's references are recorded for (IDENTITY_KEYS, joined)."""
+    return "|".join(str(record.get(k) or "") for k in IDENTITY_KEYS)
+
 
 @dataclass(frozen=True)
 class ProbeVerdict:

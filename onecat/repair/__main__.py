@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from onecat import httpsync
+from onecat.answers.probe import references_identity
 from onecat.files import read_json, write_json
 from onecat.serve.gate import key_from_env_file, smoke, wait_ready
 
@@ -256,6 +257,9 @@ class NodeHost:
                 "--prompts", str(self.args.prompts), "--out", str(out)]
         if self.args.kernel_log:
             argv += ["--kernel-log", self.args.kernel_log]
+        references = burnin_references(self.record, self.args.references)
+        if references is not None:
+            argv += ["--references", str(references)]
         env = {"PYTHONPATH": str(self.args.burnin_path),
                "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
         env.update({k: v for k, v in os.environ.items()
@@ -292,6 +296,22 @@ class NodeHost:
             return token.read_text().strip() or None
         except OSError:
             return None
+
+
+def burnin_references(record: dict[str, Any], path: Path | None) -> Path | None:
+    """The references the repair's burn-in judges the node's idle likelihoods by: the ones the
+    watch recorded for what serves (its first clean look on these bits, held to the first
+    reference's bound), so a repaired card that scores text differently from before is refused
+    (issue 47); None when the watch recorded none for these bits (the burn-in then holds its own
+    to that bound)."""
+    if path is None:
+        return None
+    stored = read_json(path)
+    if not isinstance(stored, dict) or not isinstance(stored.get("likelihood"), dict):
+        return None
+    if not stored["likelihood"] or stored.get("identity") != references_identity(record):
+        return None
+    return path
 
 
 def holders(device_dir: Path, indices: list[int], proc: Path = Path("/proc")) -> list[str]:
@@ -381,6 +401,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--burnin-path", type=Path, default=Path("/opt/onecat/burnin"))
     parser.add_argument("--burnin-seconds", type=float, default=600.0)
     parser.add_argument("--burnin-concurrency", type=int, default=8)
+    parser.add_argument("--references", type=Path,
+                        default=Path("/var/lib/onecat/watch/references.json"),
+                        help="the watch's references for what serves: the repair's burn-in "
+                             "judges the node's likelihoods by them")
     parser.add_argument("--prompts", type=Path, default=Path("/opt/onecat/watch/probe-prompts.txt"))
     parser.add_argument("--kernel-log", default="")
     parser.add_argument("--boot-token", type=Path, default=Path("/run/onecat-repair/boot"),

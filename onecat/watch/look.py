@@ -37,6 +37,7 @@ from onecat.answers.probe import (
     as_set,
     ask_all,
     likelihoods,
+    references_identity,
     stored_likelihoods,
 )
 from onecat.answers.prompts import PromptSet
@@ -61,12 +62,6 @@ THROTTLE_FILE = "throttle-history.json"
 # watch that stopped (its timer, its unit, a hung look) cannot leave a node in rotation.
 EXPIRES_FILE = "watch-expires"
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
-# What a probe's references are recorded for (serving.json's keys; roles/burnin keys the
-# canary's the same way): the image, the model revision and path, the served name and the
-# engine's arguments.
-IDENTITY_KEYS = ("image_id", "model_revision", "model_path", "served_model_name",
-                 "engine_args_sha256")
-
 
 @dataclass(frozen=True)
 class Probe:
@@ -232,7 +227,7 @@ def serving_probe(record_file: Path, prompts: PromptSet | list[str], references_
             return None
         if hashlib.sha256(unit).hexdigest() != record["unit_sha256"]:
             return None
-    identity = "|".join(str(record.get(k) or "") for k in IDENTITY_KEYS)
+    identity = references_identity(record)
     return Probe(str(record["url"]).rstrip("/"), str(record["served_model_name"]), prompts,
                  references_file, api_key, identity=identity, tolerance=tolerance)
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from onecat.answers import likelihood
 from onecat.answers.degenerate import LOOP_MIN, RUN_MIN, degenerate, soup, tail_loop
-from onecat.answers.probe import judge
+from onecat.answers.probe import IDENTITY_KEYS, judge
 from onecat.answers.prompts import (
     DEFAULT_FILE,
     SCORE_TEXTS,
@@ -27,7 +27,6 @@ from onecat.answers.prompts import (
     parse,
     read,
 )
-from onecat.watch.look import IDENTITY_KEYS
 
 # --- degeneracy: the seed's symptoms -------------------------------------------------------
 
@@ -231,7 +230,7 @@ def test_a_tenfold_perplexity_always_fails(reference: float, added: float) -> No
 
 def test_the_burnin_role_keys_references_like_the_watch() -> None:
     """roles/burnin builds the key of the canary's likelihoods in Jinja: the same fields of
-    serving.json, in the same order, as onecat.watch.look.IDENTITY_KEYS."""
+    serving.json, in the same order, as onecat.answers.probe.IDENTITY_KEYS."""
     repo = Path(__file__).resolve().parents[2]
     jinja = yaml.safe_load((repo / "roles/burnin/vars/main.yml").read_text())["__burnin_identity"]
     assert tuple(re.findall(r"__burnin_record\.(\w+)", jinja)) == IDENTITY_KEYS

@@ -3,6 +3,7 @@ the runner's order of steps, the recurrence window (issue 31)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -474,3 +475,24 @@ def test_a_look_that_finds_no_driver_after_a_reset_is_the_nodes_not_the_cards() 
     assert ladder.run() == FAILED
     assert "reboot" not in node.calls and not ladder.reports
     assert "the node's, not the card's" in saved[-1]["reason"]
+
+
+def test_the_repairs_burn_in_judges_by_the_watchs_references_for_what_serves(
+        tmp_path: Path) -> None:
+    """The watch's references for the bits that serve (issue 47 item 5): a repaired card is
+    held to them, not only to the ceiling; references of other bits, or none, are not used."""
+    import json
+
+    from onecat.answers.probe import references_identity
+    from onecat.repair.__main__ import burnin_references
+
+    record = {"image_id": "sha256:1", "model_revision": "r1", "served_model_name": "m"}
+    path = tmp_path / "references.json"
+    assert burnin_references(record, path) is None  # the watch recorded none yet
+    path.write_text(json.dumps({"identity": references_identity(record),
+                                "likelihood": {"The capital": 2.7}}))
+    assert burnin_references(record, path) == path
+    assert burnin_references({**record, "image_id": "sha256:2"}, path) is None  # other bits
+    path.write_text(json.dumps({"identity": references_identity(record), "likelihood": {}}))
+    assert burnin_references(record, path) is None
+    assert burnin_references(record, None) is None
