@@ -27,6 +27,10 @@ from ..validate import address as address_kind
 
 # vLLM's default --max-num-seqs, for an engine whose unit does not say.
 DEFAULT_MAX_NUM_SEQS = 256
+# The most sequences a node may claim (node.json comes from the node: `1e12` would become
+# `maxconn 1000000000000`, `1e400` is inf and int() of it raises): far above what a 2xV100
+# engine runs at once, far below what HAProxy's int fields hold.
+MAX_NUM_SEQS_CAP = 65536
 SERVER_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
@@ -64,16 +68,30 @@ def server_name(host: str) -> str:
     return SERVER_NAME.sub("_", host)
 
 
+def whole(value: Any, low: int, high: int) -> int | None:
+    """`value` as a whole number from `low` to `high`, None for anything else: a bool, inf, NaN,
+    a fraction, a number out of range, text that is not digits (node.json is the node's word)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        value = int(text) if text.isascii() and text.isdigit() and len(text) < 12 else None
+    if isinstance(value, float):
+        value = int(value) if value.is_integer() else None  # inf and NaN are not integers
+    if not isinstance(value, int) or not low <= value <= high:
+        return None
+    return value
+
+
 def maxconn(state: Mapping[str, Any], override: int = 0, factor: float = 1.0) -> int:
-    """Concurrent requests HAProxy sends to one node: --max-num-seqs x factor, or override."""
+    """Concurrent requests HAProxy sends to one node: --max-num-seqs x factor, or override.
+    A max_num_seqs that is no whole number from 1 to MAX_NUM_SEQS_CAP counts as vLLM's
+    default (select() leaves such a node out first, with the reason)."""
     if override > 0:
         return int(override)
-    seqs = state.get("max_num_seqs")
-    try:
-        seqs = int(seqs) if seqs not in (None, "") else DEFAULT_MAX_NUM_SEQS
-    except (TypeError, ValueError):
-        seqs = DEFAULT_MAX_NUM_SEQS
-    return max(1, int(seqs * factor))
+    raw = state.get("max_num_seqs")
+    seqs = whole(raw, 1, MAX_NUM_SEQS_CAP) if raw not in (None, "") else None
+    return max(1, int((seqs or DEFAULT_MAX_NUM_SEQS) * factor))
 
 
 def address_problem(address: str) -> str | None:
@@ -88,11 +106,7 @@ def address_problem(address: str) -> str | None:
 
 
 def _port(value: Any) -> int:
-    try:
-        port = int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-    return port if 0 < port < 65536 else 0
+    return whole(value, 1, 65535) or 0
 
 
 def select(nodes: Mapping[str, Mapping[str, Any] | None], maxconn_override: int = 0,
@@ -124,17 +138,31 @@ def select(nodes: Mapping[str, Mapping[str, Any] | None], maxconn_override: int 
             continue
         port = _port(state.get("port"))
         if not port:
-            selection.excluded[host] = f"invalid serve port {state.get('port')!r}"
+            selection.excluded[host] = (f"invalid serve port {one_line(repr(state.get('port')))}"
+                                        " in its node.json: run the serve stage on it again")
             continue
-        in_rotation = bool(state.get("in_rotation", True))
-        selection.servers.append(Server(
-            name=server_name(host), address=address, port=port,
-            maxconn=maxconn(state, maxconn_override, maxconn_factor), enabled=in_rotation,
-            reason="" if in_rotation else one_line(str(state.get("reason") or
-                                                        "held out of rotation")),
-            agent_port=_port(state.get("agent_port")),
-        ))
+        for key, low, high in (("max_num_seqs", 1, MAX_NUM_SEQS_CAP), ("agent_port", 0, 65535)):
+            if state.get(key) not in (None, "") and whole(state.get(key), low, high) is None:
+                selection.excluded[host] = (
+                    f"its node.json's {key} {one_line(repr(state.get(key)))[:40]} is not a "
+                    f"whole number from {low} to {high}: run the serve stage on it again")
+                break
+        else:
+            selection.servers.append(_server(host, address, port, state, maxconn_override,
+                                              maxconn_factor))
     return selection
+
+
+def _server(host: str, address: str, port: int, state: Mapping[str, Any],
+            maxconn_override: int, maxconn_factor: float) -> Server:
+    in_rotation = bool(state.get("in_rotation", True))
+    return Server(
+        name=server_name(host), address=address, port=port,
+        maxconn=maxconn(state, maxconn_override, maxconn_factor), enabled=in_rotation,
+        reason="" if in_rotation else one_line(str(state.get("reason") or
+                                                    "held out of rotation")),
+        agent_port=_port(state.get("agent_port")),
+    )
 
 
 def require_backend(selection: Selection, gateway: str = "the gateway") -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from fuzzkit import JSON, examples, fuzz, mutated
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from onecat import validate
@@ -43,8 +43,9 @@ GOOD = {"serving": True, "in_rotation": True, "address": "10.0.0.5", "port": 800
 STATE = (mutated(GOOD, max_edits=3)
          | st.fixed_dictionaries({"serving": st.booleans(), "in_rotation": st.booleans(),
                                   "address": TEXT, "port": st.integers(-5, 70000) | TEXT,
-                                  "max_num_seqs": st.integers(-5, 10**12) | TEXT | JSON,
-                                  "agent_port": st.integers(-5, 70000) | JSON,
+                                  "max_num_seqs": st.integers(-5, 10**12) | TEXT | JSON
+                                  | st.floats() | st.sampled_from([1e400, 1e12, True]),
+                                  "agent_port": st.integers(-5, 70000) | JSON | st.floats(),
                                   "reason": TEXT})
          | st.none() | JSON)
 SECTION = re.compile(r"^(global|defaults|frontend|backend|listen|userlist|peers|resolvers)\b")
@@ -65,6 +66,9 @@ def workdir():
 @settings(max_examples=examples(60), deadline=None)
 @given(nodes=st.dictionaries(st.sampled_from(["n1", "n2", "node-3"]), STATE, min_size=1,
                              max_size=3))
+@example(nodes={"n1": {**GOOD, "max_num_seqs": float("inf")}, "n2": GOOD})  # issue 49
+@example(nodes={"n1": {**GOOD, "max_num_seqs": 1e12}, "n2": {**GOOD, "agent_port": 1e400}})
+@example(nodes={"n1": {**GOOD, "port": float("inf"), "max_num_seqs": True}})
 @fuzz("gateway: node.json states -> haproxy.cfg (haproxy -c)")
 def test_fuzz_node_states_render_a_config_haproxy_accepts(workdir: Path, nodes: dict) -> None:
     try:

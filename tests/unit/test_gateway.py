@@ -325,3 +325,24 @@ def test_a_master_that_never_answers_counts_no_old_session_after_its_grace() -> 
                                            clock=lambda: float(next(ticks)),
                                            sleep=lambda s: None)
     assert idle and left == 0 and waited < 300
+
+
+def test_a_nodes_number_that_is_not_a_sane_whole_number_leaves_it_out_in_one_line() -> None:
+    """node.json is the node's word (issue 49): `1e400` is inf, and int(inf) raised
+    OverflowError inside gateway_config, which blocked every gateway change; `1e12` became
+    `maxconn 1000000000000`. Such a node is left out with the reason; the others serve."""
+    from onecat.gateway.backends import MAX_NUM_SEQS_CAP, select
+
+    good = {"serving": True, "address": "10.0.0.5", "port": 8000, "max_num_seqs": 64}
+    for key, value in (("max_num_seqs", float("inf")), ("max_num_seqs", 1e12),
+                       ("max_num_seqs", True), ("max_num_seqs", MAX_NUM_SEQS_CAP + 1),
+                       ("agent_port", float("inf")), ("agent_port", 70000),
+                       ("port", float("nan"))):
+        selection = select({"bad": {**good, key: value}, "ok": good})
+        assert [s.name for s in selection.servers] == ["ok"], (key, value)
+        why = selection.excluded["bad"]
+        assert key in why, why
+        assert "run the serve stage on it again" in why and why.isprintable(), why
+    assert select({"n": {**good, "max_num_seqs": "64"}}).servers[0].maxconn == 64
+    assert select({"n": {**good, "max_num_seqs": 64.0}}).servers[0].maxconn == 64
+    assert select({"n": {**good, "max_num_seqs": None}}).servers[0].maxconn == 256
