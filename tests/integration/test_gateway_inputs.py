@@ -299,3 +299,28 @@ def test_the_agent_listens_only_on_the_address_the_gateway_uses(tmp_path, addres
         "gateway_node_address": address, "gateway_agent_port": 8003}).splitlines()
     assert [x for x in lines if x.startswith("ListenStream=")] == [listen]
     assert ("FreeBind=yes" in lines) == (listen != "ListenStream=8003")
+
+
+def test_a_flood_cannot_put_the_agent_socket_into_its_failure_state(tmp_path):
+    """systemd fails an Accept=yes socket triggered more than 200 times in 2 s by default, and
+    it stays unconnectable until restarted: HAProxy would keep the node's last word through
+    every later drain (issue 49). The role's socket has no trigger limit and bounds each source
+    instead; systemd-analyze accepts the unit."""
+    text = render_template(tmp_path, "onecat-gateway-agent.socket.j2", {
+        "gateway_node_address": "10.0.0.11", "gateway_agent_port": 8003})
+    lines = text.splitlines()
+    assert "TriggerLimitIntervalSec=0" in lines
+    assert "MaxConnectionsPerSource=4" in lines and "MaxConnections=16" in lines
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed (scripts/bootstrap.sh installs systemd)")
+    socket = tmp_path / "onecat-gateway-agent.socket"
+    socket.write_text(text)
+    (tmp_path / "onecat-gateway-agent@.service").write_text(
+        render_agent_unit(tmp_path, "/var/lib/onecat-gateway")
+        .replace("StandardInput=socket", "StandardInput=null")
+        .replace("StandardOutput=socket", "StandardOutput=journal"))
+    proc = subprocess.run([tool, "verify", str(socket)], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "Unknown key" not in proc.stderr, proc.stderr
