@@ -364,6 +364,24 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
     return mode, decided.transitions, reason
 
 
+def _still_looking(acting: Acting | None, now: float, stale_after_s: float | None,
+                   quality: Probe) -> None:
+    """Move the agent's expiry past the probe's deadline before the probe: a look that probes a
+    loaded engine may take that long, and must not read as a watch that stopped (the agent
+    answers `drain` past the expiry). Only later, never sooner; an expiry already passed is
+    left to the end of the look, which readmits the node with a fresh one."""
+    if acting is None or acting.agent_file is None or stale_after_s is None:
+        return
+    expires = acting.agent_file.with_name(EXPIRES_FILE)
+    try:
+        current = float(expires.read_text().strip())
+    except (OSError, ValueError):
+        return  # none yet (the first look) or garbled: the end of the look writes it
+    until = now + stale_after_s + (quality.deadline_s or quality.timeout_s)
+    if now <= current < until:
+        write_atomic(expires, f"{until:.0f}\n")
+
+
 def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | None,
          kernel_log_path: str | None = None, limits: Limits | None = None,
          now: float | None = None, quality: Probe | None = None,
@@ -390,6 +408,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
         previous, readings, limits, state)
     results: list[ProbeResult] = []
     if quality is not None:
+        _still_looking(acting, now, stale_after_s, quality)
         results, failed = run_probe(quality)
         findings += failed
     result = verdict(findings)

@@ -317,6 +317,40 @@ def test_a_stuck_engine_is_out_within_two_looks_then_restarted(libdir: Path,
         assert agent.read_text() == "up\n"
 
 
+def test_a_look_that_probes_a_slow_engine_is_no_stopped_watch(libdir: Path,
+                                                               tmp_path: Path) -> None:
+    """While the look probes (here 4 s on a slow engine), the agent's expiry is already past
+    the probe's deadline: the agent never answers "the watch stopped" for a watch that is
+    only slow; the end of the look writes the usual three intervals."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Two plus two is\n")
+    agent = tmp_path / "gateway" / "watch-state"
+    expires = agent.with_name("watch-expires")
+    agent.parent.mkdir()
+    agent.write_text("up\n")
+    expires.write_text(f"{time.time() + 3:.0f}\n")  # about to expire: three seconds left
+    with standin(tmp_path / "engine", env={"STANDIN_DECODE_MS": "1500"}) as server:
+        look = subprocess.Popen(
+            [sys.executable, "-m", "onecat.watch", "--once", "--state-dir",
+             str(tmp_path / "state"), "--verdict-file", str(tmp_path / "verdict.json"),
+             "--kernel-log", str(double.kernel_log("healthy_pcie_pair")),
+             "--probe-url", server.url, "--probe-model", "standin-model",
+             "--probe-prompts", str(prompts), "--references", str(tmp_path / "refs.json"),
+             "--probe-timeout", "4", "--probe-deadline", "20", "--act", "--agent-file",
+             str(agent), "--interval", "60s"],
+            env=double.double_env(libdir, "healthy_pcie_pair"), cwd=double.REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started = time.time()
+        while look.poll() is None and float(expires.read_text()) < started + 150:
+            time.sleep(0.1)
+        during = float(expires.read_text())
+        out, _ = look.communicate(timeout=60)
+    assert during >= started + 180 + 20 - 2, (during - started, out)
+    assert time.time() - started >= 4, out  # the probe's question was still waiting then
+    assert abs(float(expires.read_text()) - (time.time() + 180)) < 10, out
+    assert agent.read_text() == "up\n", out
+
+
 def test_a_slow_engine_that_still_makes_tokens_is_not_stuck(libdir: Path,
                                                             tmp_path: Path) -> None:
     """The same unanswered question on an engine that generates (slowly: 1.5 s a token, a
