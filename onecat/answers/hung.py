@@ -38,7 +38,9 @@ class Activity:
     waiting: float
 
 
-def _samples(text: str, name: str) -> list[float]:
+def samples(text: str, name: str) -> list[float]:
+    """Every sample of the metric `name` in Prometheus text (one per label set); a name that
+    only starts with it is another metric."""
     values = []
     for line in text.splitlines():
         if line.startswith("#"):
@@ -58,10 +60,10 @@ def activity(text: str | None) -> Activity | None:
     counter (not vLLM's, or not read)."""
     if not text:
         return None
-    generated = _samples(text, GENERATED)
+    generated = samples(text, GENERATED)
     if not generated:
         return None
-    return Activity(sum(generated), sum(_samples(text, RUNNING)), sum(_samples(text, WAITING)))
+    return Activity(sum(generated), sum(samples(text, RUNNING)), sum(samples(text, WAITING)))
 
 
 def stuck(before: Activity | None, after: Activity | None, waited_s: float) -> str | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from onecat import httpsync
+from onecat.answers.hung import RUNNING, WAITING, samples
 from onecat.answers.probe import references_identity
 from onecat.files import read_json, write_json
 from onecat.serve.gate import key_from_env_file, smoke, wait_ready
@@ -56,17 +57,6 @@ def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None,
     if raw:
         return done.returncode, done.stdout
     return done.returncode, " ".join((done.stdout + " " + done.stderr).split())[:400]
-
-
-def _metric(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            try:
-                total += float(line.rsplit(None, 1)[-1])
-            except ValueError:
-                continue
-    return total
 
 
 class NodeHost:
@@ -120,8 +110,7 @@ class NodeHost:
                 return (f"the engine's /metrics answered {refused}: waited the drain "
                         f"timeout ({self.args.drain_timeout:.0f} s) for requests in flight")
             text = answer.text()
-            busy = _metric(text, "vllm:num_requests_running") + _metric(
-                text, "vllm:num_requests_waiting")
+            busy = sum(samples(text, RUNNING)) + sum(samples(text, WAITING))
             if busy <= 0:
                 return None
             if time.monotonic() >= deadline:
