@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 import urllib.request
 
@@ -84,14 +85,21 @@ def cache_hits(name: str) -> float:
     return sum(float(v) for v in HITS.findall(text))
 
 
-def set_state(name: str, state: str) -> None:
-    """What an operator types: `set server onecat_nodes/<node> state <state>` on the admin
-    socket (onecat_keyless's servers track onecat_nodes, so they follow)."""
-    node("fleet-b").check_output(
-        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
-        "s.connect('/run/haproxy/admin.sock'); "
-        f"s.sendall(b'set server onecat_nodes/{name} state {state}\\n'); "
-        "s.shutdown(socket.SHUT_WR); print(s.recv(4096))\"")
+AGENT_STATE = "/var/lib/onecat-gateway/agent-state"  # roles/gateway gateway_node_state_dir
+
+
+def take_out(name: str) -> str:
+    """What an operator does (docs/gateway.md): the node's agent answers `drain`, so every
+    gateway drains it at its next agent check. A drain typed on the runtime API lasts only
+    until that check: the agent answers the whole state each time (issue 46). The agent file's
+    content before it, to put back."""
+    saved = node(name).check_output(f"cat {AGENT_STATE}")
+    node(name).check_output(f"printf 'drain #ops: affinity test\\n' > {AGENT_STATE}")
+    return saved
+
+
+def put_back(name: str, saved: str) -> None:
+    node(name).check_output(f"printf '%s\\n' {shlex.quote(saved)} > {AGENT_STATE}")
 
 
 def test_affinity_keeps_a_conversation_on_its_cache_and_a_drain_moves_only_its_own(
@@ -138,7 +146,7 @@ def test_affinity_keeps_a_conversation_on_its_cache_and_a_drain_moves_only_its_o
     print(f"affinity: conversations and their nodes {homes}")
 
     drained = homes[0]
-    set_state(drained, "drain")
+    saved = take_out(drained)
     try:
         assert wait_for_servers(lambda rows: rows[drained]["status"].startswith("DRAIN"))[
             drained]["status"].startswith("DRAIN"), gateway_servers()[drained]
@@ -147,7 +155,7 @@ def test_affinity_keeps_a_conversation_on_its_cache_and_a_drain_moves_only_its_o
         assert all(home != drained for home in moved.values()), moved
         assert all(moved[n] == home for n, home in homes.items() if home != drained), moved
     finally:
-        set_state(drained, "ready")
+        put_back(drained, saved)
     assert wait_for_servers(lambda rows: rows[drained]["status"].startswith("UP"))[
         drained]["status"].startswith("UP"), gateway_servers()[drained]
     # Back where their prefix is cached (consistent hashing): the next turn hits it there.
