@@ -27,9 +27,13 @@ checks() {
   # busy and wait on the rest (ansible-playbook runs, HAProxy checks, stand-in engines). They
   # run before the scenarios, not beside them: a loopback HAProxy check raced two converging
   # fleets for the CPU. --durations=0 gives benchmarks/ci_profile.py each folder's test time.
+  # worksteal: a worker that runs out takes tests queued for the other; with the default
+  # (load), the last slow tests queued on one worker ran alone for over two minutes while the
+  # other core idled.
   local workers="${ONECAT_TEST_WORKERS:-$(nproc)}" quick_rc=0
   echo "== pytest quick (unit, integration, roles, fuzz: ${workers} workers)"
-  pytest -m "not molecule" -n "${workers}" --durations=0 --durations-min=0.05 || quick_rc=$?
+  pytest -m "not molecule" -n "${workers}" --dist worksteal --durations=0 --durations-min=0.05 \
+    || quick_rc=$?
   echo "== pytest molecule (the scenarios, side by side)"
   pytest -m molecule
   return "${quick_rc}"

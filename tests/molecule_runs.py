@@ -10,6 +10,9 @@ so far at once, then live until the scenario ends. `benchmarks/ci_profile.py` re
 offsets back into times.
 
 ONECAT_MOLECULE_PARALLEL=0 starts each scenario only when its own test runs, one after the other.
+ONECAT_MOLECULE_DESTROY=never (.ci/run sets it: a CI machine is thrown away, and it has nothing
+to destroy before either) skips molecule's destroy steps, the one before create and the one
+after verify; the default, always, leaves a developer's machine as it found it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.y
 
 def parallel_wanted() -> bool:
     return os.environ.get("ONECAT_MOLECULE_PARALLEL", "1") != "0"
+
+
+def destroy_wanted() -> str:
+    return "never" if os.environ.get("ONECAT_MOLECULE_DESTROY") == "never" else "always"
 
 
 def docker_problem() -> str | None:
@@ -60,7 +67,8 @@ class Run:
                "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
         self.started = time.time()
         self._proc = subprocess.Popen(
-            [f"{bindir}/molecule", "test", "-s", self.name], cwd=REPO, env=env,
+            [f"{bindir}/molecule", "test", "-s", self.name, "--destroy", destroy_wanted()],
+            cwd=REPO, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, errors="replace", bufsize=1)
         threading.Thread(target=self._read, name=f"molecule-{self.name}", daemon=True).start()

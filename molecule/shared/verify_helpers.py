@@ -47,9 +47,9 @@ def read_lock() -> dict:
                       .read_text())
 
 
-@pytest.fixture
-def run_playbook(tmp_path: Path):
-    """Run a playbook text against the molecule fleet, the way a user runs ansible-playbook."""
+def playbook_runner(tmp_path: Path, *defaults: str):
+    """Run a playbook text against the molecule fleet, the way a user runs ansible-playbook;
+    `defaults` come before each run's own arguments (a scenario's standing choices)."""
     inventory = inventory_dir()
 
     def run(text: str, *extra: str) -> PlaybookRun:
@@ -58,7 +58,7 @@ def run_playbook(tmp_path: Path):
         started = time.monotonic()
         proc = subprocess.run(
             ["ansible-playbook", "-i", str(inventory), str(playbook),
-             "-e", "onecat_driver_batch=100%", *extra],
+             "-e", "onecat_driver_batch=100%", *defaults, *extra],
             capture_output=True,
             text=True,
             timeout=1800,  # a hang guard: the first fleet rollout takes ~10 min on 2 cores
@@ -69,6 +69,12 @@ def run_playbook(tmp_path: Path):
                            time.monotonic() - started)
 
     return run
+
+
+@pytest.fixture
+def run_playbook(tmp_path: Path):
+    """A playbook runner with no standing choices (playbook_runner)."""
+    return playbook_runner(tmp_path)
 
 
 def wait_booted(host, seconds: float = 180) -> None:
