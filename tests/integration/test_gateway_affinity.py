@@ -12,8 +12,10 @@ import hashlib
 import http.server
 import json
 import shutil
+import socket
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from gateway_harness import Engine, base_vars, haproxy, render, wait_until  # noqa: E402
 
-from onecat.gateway import backends  # noqa: E402
+from onecat.gateway import backends, keys  # noqa: E402
 from onecat.gateway.runtime import Runtime, parse_stat, servers  # noqa: E402
 from onecat.gateway.share import share  # noqa: E402
 
@@ -136,6 +138,73 @@ def test_the_routing_key_and_its_precedence(tmp_path: Path, recorder: Recorder) 
             route("m:" + two_messages), route('p:"' + "p" * 2048), route("p:[1, 2, 3"), None]
         keyless = [s for s in servers(runtime.stat(), "onecat_keyless")]
         assert [(s.server, s.total) for s in keyless] == [("node-a", 1)]
+
+
+ALICE, BOB = "sk-alice-0123456789abcdef", "sk-bob-0123456789abcdef0"
+
+
+def keyed(tmp_path: Path, variables: dict) -> dict:
+    """The variables with two client keys, alice and bob (the gateway is closed by default)."""
+    key_map = tmp_path / "keys.map"
+    key_map.write_text(keys.render_key_map(keys.parse_keys(f"alice {ALICE}\nbob {BOB}\n")))
+    return {**variables, "gateway_key_map_path": str(key_map)}
+
+
+def client_route(client: str, text: str) -> str:
+    """X-Onecat-Route for a client key's name and the key text read from its request."""
+    return route(f"{client}:{route(text)}")
+
+
+def test_each_client_key_routes_apart(tmp_path: Path, recorder: Recorder) -> None:
+    variables = keyed(tmp_path, affinity_vars(tmp_path, {"node-a": recorder.port}))
+    chat = {"model": MODEL, "messages": [{"role": "system", "content": "Be brief."},
+                                         {"role": "user", "content": "What is 2+2?"}]}
+    two_messages = json.dumps(chat["messages"])[1:-1]
+    with haproxy(tmp_path, variables) as gw:
+        runtime = Runtime(gw.socket)
+        assert wait_until(lambda: all(s.status.startswith("UP")
+                                      for s in servers(runtime.stat(), "onecat_nodes")))
+        url = gw.url + "/v1/chat/completions"
+        for key in (ALICE, BOB, ALICE):
+            post(url, chat, {"authorization": f"Bearer {key}"})
+        post(url, chat, {"authorization": f"Bearer {BOB}", "X-Session-Id": "s-1"})
+    # The same conversation: one route per client key, the same route again for alice.
+    assert recorder.routes == [
+        client_route("alice", "m:" + two_messages), client_route("bob", "m:" + two_messages),
+        client_route("alice", "m:" + two_messages), client_route("bob", "s-1")]
+    assert recorder.routes[0] != recorder.routes[1]
+
+
+def first_line_within(port: int, head: bytes, seconds: float) -> bytes:
+    """The first bytes the gateway answers to a request head whose body never comes, or b""
+    when nothing came within `seconds`."""
+    with socket.create_connection(("127.0.0.1", port), timeout=seconds) as conn:
+        conn.sendall(head)
+        try:
+            return conn.recv(64)
+        except TimeoutError:
+            return b""
+
+
+def test_a_request_without_a_key_is_refused_before_its_body_comes(
+        tmp_path: Path, recorder: Recorder) -> None:
+    """The key is checked on the headers; only a request with a key waits for its body (the
+    routing key is read from it). Before, a request without a key waited for the body it
+    announced, up to `timeout http-request` (30 s), before its 401."""
+    variables = keyed(tmp_path, affinity_vars(tmp_path, {"node-a": recorder.port}))
+    head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+            "Content-Type: application/json\r\nContent-Length: 4000\r\n{auth}\r\n")
+    with haproxy(tmp_path, variables) as gw:
+        port = int(gw.url.rsplit(":", 1)[1])
+        started = time.monotonic()
+        refused = first_line_within(port, head.format(auth="").encode(), 10)
+        assert refused.startswith(b"HTTP/1.1 401"), refused
+        assert time.monotonic() - started < 3
+        # With a key the gateway waits for the body: nothing comes back in 2 s.
+        waiting = first_line_within(
+            port, head.format(auth=f"Authorization: Bearer {ALICE}\r\n").encode(), 2)
+        assert waiting == b"", waiting
+    assert recorder.routes == []
 
 
 def conversation(number: int, turns: int) -> list[dict]:
