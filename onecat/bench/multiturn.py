@@ -94,15 +94,16 @@ def read_counters(url: str, timeout: float = 10.0) -> tuple[float, float] | None
 
 def cache_report(before: dict[str, tuple[float, float] | None],
                  after: dict[str, tuple[float, float] | None]) -> dict[str, Any]:
-    """The hit rate over all nodes and each node's, from counters read around the run."""
+    """The hit rate over all nodes and each node's, from counters read around the run; each
+    node under its URL as results may show it (public_url: no password, no query value)."""
     nodes: dict[str, dict[str, Any]] = {}
     for url, end in after.items():
         start = before.get(url)
         if end is None or start is None:
-            nodes[url] = {"queries": None, "hits": None, "hit_rate": None}
+            nodes[public_url(url)] = {"queries": None, "hits": None, "hit_rate": None}
             continue
         queries, hits = end[0] - start[0], end[1] - start[1]
-        nodes[url] = {"queries": int(queries), "hits": int(hits),
+        nodes[public_url(url)] = {"queries": int(queries), "hits": int(hits),
                       "hit_rate": round(hits / queries, 4) if queries else None}
     counted = [n for n in nodes.values() if n["queries"] is not None]
     queries = sum(n["queries"] for n in counted)
@@ -119,6 +120,21 @@ def cache_report(before: dict[str, tuple[float, float] | None],
     }
 
 
+# Tokens per word of these prompts that the lengths are scaled by: a tokenizer makes about 1.3
+# of English words and up to a few of rarer scripts; a /tokenize answer outside these bounds
+# (a count of 1 made a 200-token turn 14 MB) is taken as the nearest bound.
+TOKENS_PER_WORD = (0.25, 8.0)
+
+
+def words_ratio(count: object, words: int) -> float:
+    """Tokens per word from a /tokenize count of `words` words, within TOKENS_PER_WORD; 1.0
+    when the count is no positive whole number."""
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 0 or words <= 0:
+        return 1.0
+    low, high = TOKENS_PER_WORD
+    return min(max(count / words, low), high)
+
+
 async def tokens_per_word(endpoint: Endpoint, headers: dict[str, str], model: str,
                           seed: int) -> float:
     """The server's tokens per word of these prompts (POST /tokenize on 1,000 words), so that
@@ -133,8 +149,8 @@ async def tokens_per_word(endpoint: Endpoint, headers: dict[str, str], model: st
         return 1.0
     finally:
         await client.close()
-    count = body.get("count") if status == 200 and isinstance(body, dict) else None
-    return count / words if isinstance(count, int) and count > 0 else 1.0
+    return words_ratio(body.get("count") if status == 200 and isinstance(body, dict) else None,
+                       words)
 
 
 def system_prompt(seed: int, words: int) -> str:
@@ -146,22 +162,36 @@ def user_turn(seed: int, conversation: int, turn: int, words: int) -> str:
     return " ".join(words_for(seed, 1_000_000 + conversation * 1000 + turn, max(words, 1)))
 
 
-class _TextCollector(_Collector):
-    """The runner's chunk timing, plus the answer's text (the next turn sends it back)."""
+def kept_answer_chars(output_len: int) -> int:
+    """How much of an answer the next turn sends back: 64 characters a requested token (a
+    token is rarely 10), at least 4 KiB. An engine that ignores the token limit (or answers
+    one endless chunk) cannot grow the conversation, and the client's memory, without end."""
+    return max(4096, 64 * max(output_len, 0))
 
-    def __init__(self, result: RequestResult, live: LiveCounters) -> None:
+
+class _TextCollector(_Collector):
+    """The runner's chunk timing, plus the answer's text (the next turn sends it back), at
+    most `limit` characters of it."""
+
+    def __init__(self, result: RequestResult, live: LiveCounters, limit: int) -> None:
         super().__init__(result, live, chat=True)
         self.text: list[str] = []
+        self.limit = limit
+        self._kept = 0
 
     def __call__(self, data: bytes, now: float) -> None:
         super().__call__(data, now)
         if data == b"[DONE]":
             return
         event = json.loads(data)
-        for choice in event.get("choices") or []:
+        choices = event.get("choices") if isinstance(event, dict) else None
+        for choice in choices if isinstance(choices, list) else []:
             delta = choice.get("delta") if isinstance(choice, dict) else None
             if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-                self.text.append(delta["content"])
+                room = self.limit - self._kept
+                if room > 0:
+                    self.text.append(delta["content"][:room])
+                    self._kept += len(self.text[-1])
 
 
 @dataclass
@@ -177,7 +207,7 @@ async def _turn(client: Client, opts: MultiturnOptions, model: str,
     result = RequestResult(request_id=f"mt-{conv.number}-{conv.turn}")
     body = {"model": model, "messages": conv.messages, "max_completion_tokens": opts.output_len,
             "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
-    collect = _TextCollector(result, live)
+    collect = _TextCollector(result, live, kept_answer_chars(opts.output_len))
 
     async def stream() -> None:
         result.start = time.perf_counter()

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import http.server
 import json
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from onecat.bench.multiturn import cache_report, prefix_counters
+from onecat.bench.httpclient import Endpoint
+from onecat.bench.multiturn import (
+    _TextCollector,
+    cache_report,
+    kept_answer_chars,
+    prefix_counters,
+    tokens_per_word,
+    words_ratio,
+)
+from onecat.bench.runner import LiveCounters, RequestResult
 from onecat.cli import main as onecat_main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,9 +94,66 @@ def test_counters_and_the_cache_report() -> None:
             'vllm:prefix_cache_hits_created{engine="0"} 1.7e9\n')
     assert prefix_counters(page) == (1000.0, 750.0)
     assert prefix_counters("vllm:num_requests_running 1.0\n") is None
-    report = cache_report({"a": (0.0, 0.0), "b": (100.0, 0.0), "c": None},
-                          {"a": (300.0, 200.0), "b": (200.0, 50.0), "c": (5.0, 1.0)})
+    a, b, c = "http://a:8000", "http://b:8000", "http://c:8000"
+    report = cache_report({a: (0.0, 0.0), b: (100.0, 0.0), c: None},
+                          {a: (300.0, 200.0), b: (200.0, 50.0), c: (5.0, 1.0)})
     assert (report["queries"], report["hits"], report["hit_rate"]) == (400, 250, 0.625)
-    assert report["nodes"]["a"]["share_of_prompt_tokens"] == 0.75
+    assert report["nodes"][a]["share_of_prompt_tokens"] == 0.75
     assert report["busiest_over_mean"] == 1.5
-    assert report["nodes"]["c"]["hit_rate"] is None
+    assert report["nodes"][c]["hit_rate"] is None
+
+
+def test_the_cache_report_shows_node_urls_without_their_secrets() -> None:
+    """A --metrics-url with a password or a query key went into multiturn.json as typed."""
+    secret = "http://ops:hunter2@10.0.0.5:8000/?key=sk-secret"
+    report = cache_report({secret: (0.0, 0.0)}, {secret: (10.0, 5.0)})
+    assert list(report["nodes"]) == ["http://***@10.0.0.5:8000/?key=***"]
+    assert "hunter2" not in json.dumps(report) and "sk-secret" not in json.dumps(report)
+
+
+class _Tokenize(http.server.BaseHTTPRequestHandler):
+    """An engine whose /tokenize says the 1,000 words of the probe are `count` tokens."""
+
+    count: object = 1
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = json.dumps({"count": self.count}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("count", "ratio"), [(1, 0.25), (10**9, 8.0), (1300, 1.3),
+                                              (True, 1.0), (-5, 1.0), ("800", 1.0)])
+def test_a_tokenize_answer_scales_the_turns_only_within_bounds(count: object,
+                                                               ratio: float) -> None:
+    """A count of 1 for 1,000 words made every 200-token turn 200,000 words (14 MB)."""
+    handler = type("Handler", (_Tokenize,), {"count": count})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        got = asyncio.run(tokens_per_word(Endpoint.parse(url), {}, "m", 0))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert got == pytest.approx(ratio)
+    assert words_ratio(count, 1000) == pytest.approx(ratio)
+
+
+def test_a_kept_answer_is_bounded() -> None:
+    """An engine that ignores the token limit cannot grow the next turn without end."""
+    limit = kept_answer_chars(6)
+    assert limit == 4096 and kept_answer_chars(1000) == 64_000
+    collect = _TextCollector(RequestResult(request_id="x"), LiveCounters(), limit)
+    chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": "y" * 1000}}]}).encode()
+    for at in range(10):
+        collect(chunk, float(at))
+    assert len("".join(collect.text)) == limit
+    assert collect.chunks == 10  # every chunk still timed
