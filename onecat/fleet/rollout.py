@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from onecat.text import one_line
+
 STAGES = ("preflight", "driver", "runtime", "model", "health", "serve", "benchmark")
 
 
@@ -105,14 +107,17 @@ def render_table(summary: Mapping[str, Any]) -> str:
     header = (f"{'host':<20} {'stage':<10} {'status':<18} {'verdict':<10} {'serving':<8} "
               f"{'rolled back':<12} in rotation")
     lines = [header, "-" * len(header)]
+    # Reasons and statuses carry what nodes and engines said: one printable line each
+    # (onecat.text.one_line), so no escape sequence reaches the terminal and no line is faked.
     for row in summary["hosts"]:
         lines.append(
-            f"{row['host']:<20} {row['stage']:<10} {row['status']:<18} "
-            f"{row['verdict'] or '-':<10} {yes_no(row['serving']):<8} "
+            f"{one_line(row['host']):<20} {one_line(row['stage']):<10} "
+            f"{one_line(row['status']):<18} {one_line(row['verdict'] or '-'):<10} "
+            f"{yes_no(row['serving']):<8} "
             f"{'yes' if row['rolled_back'] else 'no':<12} {yes_no(row.get('in_rotation'))}"
         )
-        lines.extend(f"    - {reason}" for reason in row["reasons"])
-    lines.extend(f"NOTE: {note}" for note in summary.get("notes") or [])
+        lines.extend(f"    - {one_line(reason)}" for reason in row["reasons"])
+    lines.extend(f"NOTE: {one_line(note)}" for note in summary.get("notes") or [])
     return "\n".join(lines)
 
 

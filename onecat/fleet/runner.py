@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from onecat.fleet.rollout import render_table
+from onecat.text import one_line
 
 REPO = Path(__file__).resolve().parents[2]
 COUNTED = {
@@ -316,16 +317,21 @@ def print_outcome(outcome: RunOutcome, stream: TextIO = sys.stdout) -> None:
         p = outcome.hosts[host]
         c = p.counts
         print(
-            f"{host:<24} {p.stage[:40]:<40} {c['ok']:>4} {c['changed']:>4} "
+            f"{one_line(host):<24} {one_line(p.stage)[:40]:<40} {c['ok']:>4} {c['changed']:>4} "
             f"{c['failed'] + c['unreachable']:>4}",
             file=stream,
         )
     rollout = outcome.run_dir / "rollout.json"
     if rollout.is_file():
         print("\n" + render_table(json.loads(rollout.read_text())) + "\n", file=stream)
+    # An error is what a node or its engine said (a journal's last lines): each of its lines
+    # printable (onecat.text.one_line), the later ones indented under the host's.
     for host in outcome.failed_hosts:
         for error in outcome.hosts[host].errors:
-            print(f"{host}: FAILED {error}", file=stream)
+            first, *rest = str(error).splitlines() or [""]
+            print(f"{one_line(host)}: FAILED {one_line(first)}", file=stream)
+            for line in rest:
+                print(f"    {one_line(line)}", file=stream)
     if outcome.rc != 0 and not outcome.failed_hosts:
         # A playbook-level error (bad --limit, unreadable -e file, syntax): show Ansible's words.
         for line in playbook_errors(outcome.run_dir):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 from onecat.fleet.rollout import render_table, summarize
 
 ECC = "GPU 1 (0000:d8:00.0, serial 0321) has 2 aggregate uncorrectable ECC errors: replace it"
@@ -100,3 +102,35 @@ def test_run_notes_are_one_line_each_and_printed_under_the_table():
     assert summary["notes"] == ["the gateway on gw is OPEN: anyone"]
     assert render_table(summary).splitlines()[-1] == "NOTE: the gateway on gw is OPEN: anyone"
     assert summarize({}, "r2")["notes"] == []
+
+
+HOSTILE = "\x1b]0;pwned\x07boom\x1b[2J\r\nnode-9   serve   ok"  # a title, a clear, a fake row
+
+
+def test_reasons_from_nodes_print_as_one_printable_line_each():
+    """A reason is what a node or its engine said: an escape sequence reached the terminal
+    and a newline added a row that looked like another host's."""
+    summary = summarize({"n1": {"onecat_stage": "serve", "onecat_stages_passed": ["health"],
+                                "vllm_serve_result": {"serving": False, "rolled_back": False,
+                                                      "reason": HOSTILE}}})
+    summary["notes"] = [HOSTILE]
+    table = render_table(summary)
+    assert all(line.isprintable() for line in table.splitlines()), table
+    assert "\x1b" not in table and "\r" not in table
+    assert table.count("node-9") == 2  # inside the reason's line and the note's, no row of its own
+    assert not any(line.startswith("node-9") for line in table.splitlines())
+
+
+def test_failed_lines_keep_their_lines_but_no_escape_sequence(tmp_path):
+    from onecat.fleet.runner import HostProgress, RunOutcome, print_outcome
+
+    progress = HostProgress(stage="serve")
+    progress.counts["failed"] = 1
+    progress.errors.append("the gate failed\n" + HOSTILE)
+    out = io.StringIO()
+    print_outcome(RunOutcome("r1", tmp_path, 2, "failed", {"n1": progress}), stream=out)
+    lines = out.getvalue().splitlines()
+    assert all(line.isprintable() for line in lines), lines
+    start = lines.index("n1: FAILED the gate failed")
+    assert lines[start + 1].startswith("    ") and "boom" in lines[start + 1]
+    assert lines[start + 2] == "    node-9 serve ok"
