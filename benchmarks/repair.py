@@ -22,16 +22,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from onecat.text import one_line
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
 
 def breakdown(progress: dict[str, Any]) -> list[tuple[str, float]]:
-    """(step, seconds) from the progress file's steps, the wait before the runner first."""
-    steps = [s for s in progress.get("steps") or [] if isinstance(s, dict) and "at" in s]
+    """(step, seconds) from the progress file's steps, the wait before the runner first. The
+    file was written on a node: step names are printed as one printable line, entries without
+    a numeric time are left out."""
+    listed = progress.get("steps")
+    steps = [s for s in listed if isinstance(s, dict) and _number(s.get("at"))] \
+        if isinstance(listed, list) else []
     rows: list[tuple[str, float]] = []
     seen = progress.get("fault_seen")
-    if isinstance(seen, (int, float)) and steps:
+    if _number(seen) and steps:
         rows.append(("drain at the gateway, then the order (one look)", steps[0]["at"] - seen))
     for step, after in itertools.pairwise(steps):
-        rows.append((str(step["step"]), after["at"] - step["at"]))
+        rows.append((one_line(step.get("step"))[:52], after["at"] - step["at"]))
     return rows
 
 
@@ -77,10 +87,16 @@ def main(argv: list[str] | None = None) -> int:
         try:
             progress = json.loads(path.read_text())
         except (OSError, ValueError) as error:
-            print(f"repair benchmark: cannot read {path}: {error}", file=sys.stderr)
+            print(f"repair benchmark: cannot read {path}: {one_line(error)}", file=sys.stderr)
             return 2
-        rungs = "+".join(t.get("rung", "?") for t in progress.get("tried") or [])
-        _print(f"measured: {path} ({progress.get('step')}; tried {rungs or '-'})",
+        if not isinstance(progress, dict):
+            print(f"repair benchmark: {path} is not a progress file (no JSON object)",
+                  file=sys.stderr)
+            return 2
+        tried = progress.get("tried")
+        rungs = "+".join(one_line(t.get("rung", "?")) if isinstance(t, dict) else "?"
+                         for t in (tried if isinstance(tried, list) else []))
+        _print(f"measured: {path} ({one_line(progress.get('step'))}; tried {rungs or '-'})",
                breakdown(progress))
     if not files:
         print("no progress files measured (run the fleet scenario's repair test, or give "

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from onecat.text import one_line
+
 from . import defaults
 from .errors import EngineLockError
 from .lock import Inputs, Outcome, check, ensure, frozen
@@ -119,14 +121,16 @@ def _say(outcome: Outcome, as_json: bool) -> None:
         state = "drifted" if outcome.reasons else "matches the wheel and the registry"
         print(f"engine lock {outcome.path}: {state}")
         return
-    why = f" ({'; '.join(outcome.reasons)})" if outcome.reasons else ""
+    # Names, digests and reasons came from an index or a registry: one printable line each.
+    why = f" ({one_line('; '.join(outcome.reasons))})" if outcome.reasons else ""
     packages = sum(1 for line in lock["requirements"]["lock"].splitlines()
                    if "==" in line and not line.startswith((" ", "#")))
-    print(f"engine lock {outcome.path}: {outcome.action}{why}: wheel {lock['wheel']['filename']} "
-          f"sha256 {lock['wheel']['sha256'][:12]}, {packages} packages locked by uv "
-          f"{lock['tools']['uv']} in {stats.resolve_seconds:.1f} s, base {lock['base']['image']}"
-          f"@{lock['base']['digest']} (linux/amd64 {lock['base']['manifest_digest'][:19]}); "
-          "commit it with your inventory")
+    print(f"engine lock {outcome.path}: {outcome.action}{why}: wheel "
+          f"{one_line(lock['wheel']['filename'])} sha256 {one_line(lock['wheel']['sha256'][:12])}, "
+          f"{packages} packages locked by uv {one_line(lock['tools']['uv'])} in "
+          f"{stats.resolve_seconds:.1f} s, base {one_line(lock['base']['image'])}"
+          f"@{one_line(lock['base']['digest'])} (linux/amd64 "
+          f"{one_line(lock['base']['manifest_digest'][:19])}); commit it with your inventory")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -143,9 +147,9 @@ def main(args: argparse.Namespace) -> int:
         else:
             outcome = ensure(inputs, path)
     except EngineLockError as err:
-        print(f"onecat engine lock: {err}", file=sys.stderr)
+        print(f"onecat engine lock: {one_line(err)}", file=sys.stderr)
         return 2
     _say(outcome, args.json)
     for drift in outcome.reasons if outcome.action == "checked" else ():
-        print(f"onecat engine lock: drift: {drift}", file=sys.stderr)
+        print(f"onecat engine lock: drift: {one_line(drift)}", file=sys.stderr)
     return 1 if outcome.action == "checked" and outcome.reasons else 0
