@@ -19,6 +19,7 @@ from onecat.text import one_line
 from . import defaults
 from .errors import EngineLockError
 from .lock import Inputs, Outcome, check, ensure, frozen
+from .net import plain_http_refused
 
 DEFAULT_PYPI = "https://pypi.org/simple"
 
@@ -92,6 +93,12 @@ def inputs_of(args: argparse.Namespace) -> tuple[Inputs, set[str]]:
     else:
         index_url = args.index_url or ""
         extras = list(args.extra_index_url or [])
+    # Indexes and a registry mirror over plain http off loopback can be answered by anyone on
+    # the path (the wheel and the base are pinned by digest; the resolution is not).
+    for what, url in ([("--index-url", index_url)] + [("--extra-index-url", e) for e in extras]
+                      + [("--registry-mirror", args.registry_mirror or "")]):
+        if url.startswith("http://") and plain_http_refused(url):
+            raise EngineLockError(f"{what}: {plain_http_refused(url)}")
     sha256 = args.wheel_sha256 if args.wheel_sha256 is not None \
         else role.wheel_sha256s.get(version, "")
     inputs = Inputs(

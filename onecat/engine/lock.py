@@ -15,10 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from onecat import __version__ as onecat_version
+from onecat.text import one_line
 
 from . import lockfile, registry, resolve, wheel
 from .defaults import ENGINE
@@ -102,6 +103,22 @@ def _base(inputs: Inputs, image: str, stats: Stats) -> registry.Resolved:
     return resolved
 
 
+def torch_requirement(spec: str) -> str:
+    """`--torch` as the one requirement it must be (PEP 508, the project torch): it is written
+    into uv's requirements file, where a line such as `-r /etc/passwd` or `--index-url ...`
+    would be read as an option."""
+    text = spec.strip()
+    try:
+        requirement = Requirement(text)
+    except InvalidRequirement:
+        requirement = None
+    if requirement is None or canonicalize_name(requirement.name) != "torch" \
+            or "\n" in text or not text.isprintable():
+        raise EngineLockError(f"--torch {one_line(spec)[:120]!r} is not one requirement on "
+                              "torch: give it as torch==2.8.0 (or '' for none)")
+    return text
+
+
 def make(inputs: Inputs, target: Target = IMAGE) -> tuple[dict[str, Any], Stats]:
     """A new lock for `inputs` (nothing is written)."""
     if not lockfile.HEX64.match(inputs.wheel_sha256.lower()):
@@ -110,9 +127,10 @@ def make(inputs: Inputs, target: Target = IMAGE) -> tuple[dict[str, Any], Stats]
                               "(onecat never locks an unverified engine)")
     stats = Stats()
     registry.parse_ref(inputs.base)  # a malformed reference stops before any download
+    torch = torch_requirement(inputs.torch) if inputs.torch.strip() else ""
     fetched, requirements = _wheel_requirements(inputs, target, stats,
                                                 inputs.cache_dir / "wheels")
-    wanted = ([inputs.torch] if inputs.torch.strip() else []) + requirements
+    wanted = ([torch] if torch else []) + requirements
     resolved = resolve.resolve(wanted, target, inputs.index_url, list(inputs.extra_index_urls),
                                inputs.cache_dir / "uv")
     stats.resolve_seconds, stats.resolver_runs = resolved.seconds, 1

@@ -13,6 +13,28 @@ from .errors import EngineLockError
 
 TIMEOUT = 30.0
 USER_AGENT = "onecat-engine-lock"
+# What a whole answer read at once (a manifest, a config blob, a token) may weigh; the wheel
+# is read in pieces. A registry's answers are kilobytes: a bigger one is refused, not kept.
+MAX_ANSWER = 16 * 1024 * 1024
+SCHEMES = ("http", "https")
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def plain_http_refused(url: str) -> str:
+    """Why `url` may not be asked ("" when it may): http(s) only, and plain http only on
+    loopback (a registry, a token service or an index over plain http elsewhere can be
+    answered by anyone on the path)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return f"{url[:200]!r} is not a URL"
+    if parts.scheme not in SCHEMES:
+        return f"{parts.scheme or 'no'} scheme in {url[:200]!r}: only https (http on loopback)"
+    if parts.scheme == "http" and host not in LOOPBACK:
+        return (f"{url[:200]!r} is plain http off loopback: use https (a mirror on this "
+                "machine may be http://127.0.0.1)")
+    return ""
 
 
 class _Redirects(urllib.request.HTTPRedirectHandler):
@@ -20,6 +42,9 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
     presigned storage URLs refuse, or would receive, a foreign Authorization header)."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        if urllib.parse.urlsplit(newurl).scheme not in SCHEMES:
+            raise EngineLockError(f"{req.full_url} redirected to {newurl[:200]!r}: only http "
+                                  "and https are followed")
         new = super().redirect_request(req, fp, code, msg, headers, newurl)
         if new is not None and urllib.parse.urlsplit(newurl).netloc != \
                 urllib.parse.urlsplit(req.full_url).netloc:
@@ -28,7 +53,19 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         return new
 
 
-_OPENER = urllib.request.build_opener(_Redirects)
+def _opener() -> urllib.request.OpenerDirector:
+    """http and https only: no file:, ftp: or data: handler (build_opener adds them), so no
+    answer can make the lock read a local file or talk FTP."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(),
+                    urllib.request.HTTPHandler(), urllib.request.HTTPSHandler(),
+                    urllib.request.HTTPDefaultErrorHandler(), _Redirects(),
+                    urllib.request.HTTPErrorProcessor()):
+        opener.add_handler(handler)
+    return opener
+
+
+_OPENER = _opener()
 
 
 def _malformed(what: str, url: str, err: http.client.HTTPException) -> EngineLockError:
@@ -47,6 +84,18 @@ class Answer:
         self.headers = response.headers
 
     def read(self, size: int | None = None) -> bytes:
+        """`size` bytes, or the whole answer up to MAX_ANSWER (more is an EngineLockError)."""
+        if size is None or size < 0:
+            pieces: list[bytes] = []
+            total = 0
+            while piece := self.read(64 * 1024):
+                pieces.append(piece)
+                total += len(piece)
+                if total > MAX_ANSWER:
+                    self.close()
+                    raise EngineLockError(f"{self._what} answered more than {MAX_ANSWER} "
+                                          f"bytes for {self._url}: refused")
+            return b"".join(pieces)
         try:
             data = self._response.read(size)
         except http.client.HTTPException as err:
@@ -75,6 +124,9 @@ def request(url: str, *, what: str, method: str = "GET", headers: Mapping[str, s
     A status in `ok` returns the open response (the caller reads and closes it); an
     HTTPError whose status is in `ok` (e.g. 401 for a token challenge) is returned too.
     """
+    refused = plain_http_refused(url)
+    if refused:
+        raise EngineLockError(f"{what}: {refused}")
     req = urllib.request.Request(url, method=method,
                                  headers={"User-Agent": USER_AGENT, **(headers or {})})
     try:

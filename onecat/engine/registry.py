@@ -17,8 +17,10 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 
+from onecat.text import one_line
+
 from .errors import EngineLockError
-from .net import TIMEOUT, request
+from .net import TIMEOUT, plain_http_refused, request
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -98,9 +100,16 @@ class Resolved:
     config_digest: str = ""  # the platform manifest's config blob: the classic store's image ID
 
 
+def _field(value: object, key: str) -> str:
+    """`value[key]` when value is a JSON object and that field a string, else "" (a registry's
+    answer is checked for shape, never trusted to have it)."""
+    got = value.get(key) if isinstance(value, dict) else None
+    return got if isinstance(got, str) else ""
+
+
 def config_of(manifest: dict, where: str) -> str:
-    config = (manifest.get("config") or {}).get("digest", "") if isinstance(manifest, dict) else ""
-    if not isinstance(config, str) or not DIGEST.match(config):
+    config = _field(manifest.get("config") if isinstance(manifest, dict) else None, "digest")
+    if not DIGEST.match(config):
         raise EngineLockError(f"the manifest {where} names no config digest (sha256:<64 hex>)")
     return config
 
@@ -145,6 +154,12 @@ class Registry:
         if "realm" not in params:
             raise EngineLockError(f"the registry {self.base} wants authentication onecat cannot "
                                   f"give ({header or 'no WWW-Authenticate challenge'}) for {url}")
+        refused = plain_http_refused(params["realm"])
+        if refused:
+            # The realm is the registry's word: a file: or ftp: one would be read, an http one
+            # off loopback answered by anyone on the path.
+            raise EngineLockError(f"the registry {self.base} sends onecat for a token to a "
+                                  f"realm it refuses: {refused}")
         query = {"service": params.get("service", ""),
                  "scope": params.get("scope") or f"repository:{repository}:pull"}
         token_url = params["realm"] + "?" + urllib.parse.urlencode(
@@ -156,10 +171,13 @@ class Registry:
         self.bytes += len(body)
         try:
             data = json.loads(body)
-            return str(data.get("token") or data["access_token"])
+            token = data.get("token") or data["access_token"]
         except (ValueError, KeyError, AttributeError):
-            raise EngineLockError(f"the token service {params['realm']} answered no token") \
-                from None
+            token = None
+        if not isinstance(token, str) or not token or not token.isprintable() \
+                or len(token) > 8192:
+            raise EngineLockError(f"the token service {params['realm'][:200]} answered no token")
+        return token
 
     def head_manifest(self, repository: str, reference: str) -> tuple[str, str]:
         status, headers, _ = self._call(f"manifests/{reference}", repository, method="HEAD")
@@ -186,20 +204,28 @@ class Registry:
         try:
             data = json.loads(body)
         except ValueError:
-            raise EngineLockError(f"the manifest {repository}@{reference} is not JSON") from None
+            data = None
+        if not isinstance(data, dict):
+            raise EngineLockError(f"the manifest {repository}@{reference} is not a JSON object")
         media_type = headers.get("content-type", "").split(";")[0].strip()
-        return data, data.get("mediaType") or media_type, body
+        declared = data.get("mediaType")
+        return data, declared if isinstance(declared, str) and declared else media_type, body
 
     def platform_of(self, repository: str, manifest: dict) -> str:
-        config = (manifest.get("config") or {}).get("digest", "")
+        config = _field(manifest.get("config"), "digest")
         if not DIGEST.match(config):
             return ""
         status, _, body = self._call(f"blobs/{config}", repository, accept="*/*")
         if status != 200 or "sha256:" + hashlib.sha256(body).hexdigest() != config:
             raise EngineLockError(f"the registry {self.base} served a config blob {config} "
                                   "that does not match its digest")
-        data = json.loads(body)
-        return f"{data.get('os', '')}/{data.get('architecture', '')}"
+        try:
+            data = json.loads(body)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise EngineLockError(f"the config blob {config} is not a JSON object")
+        return f"{_field(data, 'os')}/{_field(data, 'architecture')}"
 
 
 def resolve(image: str, mirror: str = "", timeout: float = TIMEOUT,
@@ -215,13 +241,15 @@ def resolve(image: str, mirror: str = "", timeout: float = TIMEOUT,
     if media_type in INDEX_TYPES:
         index, _, _ = client.get_manifest(ref.repository, digest, digest)
         want_os, want_arch = os_arch.split("/")
-        chosen = [m for m in index.get("manifests", [])
-                  if (m.get("platform") or {}).get("os") == want_os
-                  and (m.get("platform") or {}).get("architecture") == want_arch]
-        if not chosen or not DIGEST.match(str(chosen[0].get("digest", ""))):
-            platforms = sorted({f"{(m.get('platform') or {}).get('os')}/"
-                                f"{(m.get('platform') or {}).get('architecture')}"
-                                for m in index.get("manifests", [])})
+        listed = index.get("manifests")
+        entries = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+
+        def platform(m: dict) -> str:
+            return f"{_field(m.get('platform'), 'os')}/{_field(m.get('platform'), 'architecture')}"
+
+        chosen = [m for m in entries if platform(m) == f"{want_os}/{want_arch}"]
+        if not chosen or not DIGEST.match(_field(chosen[0], "digest")):
+            platforms = sorted({one_line(platform(m))[:60] for m in entries})[:20]
             raise EngineLockError(f"the base image {image} has no {os_arch} manifest "
                                   f"(it has {', '.join(platforms) or 'none'})")
         chosen_digest = chosen[0]["digest"]

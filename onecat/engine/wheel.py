@@ -20,6 +20,8 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from onecat.text import one_line
+
 from .errors import EngineLockError
 from .net import request
 from .target import Target
@@ -42,10 +44,19 @@ def is_url(source: str) -> bool:
 
 
 def filename(source: str) -> str:
-    """The wheel's file name from its URL or path."""
+    """The wheel's file name from its URL or path: its own base name (the file lands in the
+    cache under it). A name that is not (`%2F..%2F` in a URL decodes to `/../`, a NUL, a
+    leading dot) is refused, so no URL can place a file outside the cache."""
     if is_url(source):
-        return urllib.parse.unquote(Path(urllib.parse.urlsplit(source).path).name)
-    return Path(source).name
+        name = urllib.parse.unquote(urllib.parse.urlsplit(source).path.rsplit("/", 1)[-1])
+    else:
+        name = Path(source).name
+    if not name or name.startswith(".") or any(c in name for c in "/\\\0") \
+            or not name.isprintable():
+        raise EngineLockError(f"the wheel {one_line(source)[:200]!r} has no plain file name "
+                              "(letters, digits, '.', '_', '+', '-'): give its URL without "
+                              "encoded separators")
+    return name
 
 
 def check_tags(name: str, target: Target) -> None:
