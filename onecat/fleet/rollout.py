@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from onecat.text import one_line
+from ..text import one_line
 
 STAGES = ("preflight", "driver", "runtime", "model", "health", "serve", "benchmark")
 
