@@ -1,7 +1,9 @@
 """Affinity routing on the simulated fleet (issue 32), after the rollouts and the repairs: the
 gateway stage switches the running gateway to `onecat_gateway_balance: affinity` (a reload under
 streaming load); a conversation's turns then land on one node, whose prefix cache they hit; a
-drain moves that node's conversations, and only them, and they come back when it returns.
+drain moves that node's conversations, and only them, and they come back when it returns. The
+drain comes right after a flood of 1,000 connections to that node's agent port, and is heard
+(issue 49).
 
 tests/integration/test_gateway_affinity.py proves every routing-key pattern against a real
 HAProxy; this one proves the role sets it up on a real gateway host in front of real engines.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import socket
 import time
 import urllib.request
 
@@ -22,6 +25,7 @@ from test_rollout import (
     gateway_servers,
     gateway_url,
     node,
+    node_address,
     start_load,
     wait_for_servers,
 )
@@ -86,6 +90,22 @@ def cache_hits(name: str) -> float:
 
 
 AGENT_STATE = "/var/lib/onecat-gateway/agent-state"  # roles/gateway gateway_node_state_dir
+AGENT_PORT = 8003  # roles/gateway gateway_agent_port
+
+
+def flood_agent(name: str, connections: int = 1000) -> int:
+    """Open and close `connections` connections to the node's agent port, one after the other
+    as fast as they go, from this machine (not the gateway): with systemd's default trigger
+    limit, ~200 in 2 s failed the socket until restarted and HAProxy kept the node's last word
+    (issue 49). How many were accepted."""
+    address, accepted = node_address(name), 0
+    for _ in range(connections):
+        try:
+            with socket.create_connection((address, AGENT_PORT), timeout=2):
+                accepted += 1
+        except OSError:
+            pass
+    return accepted
 
 
 def take_out(name: str) -> str:
@@ -146,6 +166,13 @@ def test_affinity_keeps_a_conversation_on_its_cache_and_a_drain_moves_only_its_o
     print(f"affinity: conversations and their nodes {homes}")
 
     drained = homes[0]
+    # A flood of the node's agent port first: the drain below must still be heard.
+    started = time.monotonic()
+    accepted = flood_agent(drained)
+    print(f"agent flood: 1000 connections to {drained}:{AGENT_PORT}, {accepted} accepted, "
+          f"{time.monotonic() - started:.0f} s")
+    assert node(drained).run(
+        "systemctl is-active onecat-gateway-agent.socket").stdout.strip() == "active"
     saved = take_out(drained)
     try:
         assert wait_for_servers(lambda rows: rows[drained]["status"].startswith("DRAIN"))[
