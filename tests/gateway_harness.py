@@ -9,6 +9,7 @@ state file, as the systemd socket the role installs on a node does (`cat FILE ||
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import signal
 import socket
@@ -273,3 +274,35 @@ def gateway_vars(tmp_path: Path, engines: list[Engine], agents: list[Agent] | No
         variables["gateway_agent_port"] = agents[0].port
     variables.update(extra)
     return variables
+
+
+class Recorder:
+    """A node that answers 200 to everything and keeps each request's X-Onecat-Route."""
+
+    def __init__(self) -> None:
+        self.routes: list[str | None] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                self.rfile.read(length)
+                if self.path != "/health":
+                    recorder.routes.append(self.headers.get("x-onecat-route"))
+                self.send_response(200)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

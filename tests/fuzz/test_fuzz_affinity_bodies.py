@@ -17,7 +17,6 @@ import re
 import shutil
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from hypothesis import strategies as st
 from onecat.gateway import backends, keys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gateway_harness import base_vars, haproxy
+from gateway_harness import Recorder, base_vars, haproxy
 
 KEY = "sk-fuzz-0123456789abcdef"
 ROUTE = re.compile(r"^[0-9A-F]{64}$")
@@ -38,39 +37,10 @@ pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None,
                                 reason="needs the real haproxy binary")
 
 
-class Node:
-    """Answers 200 to everything; keeps the last X-Onecat-Route it saw (None: none)."""
-
-    def __init__(self) -> None:
-        self.routes: list[str | None] = []
-        node = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _answer(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length") or 0))
-                if self.path != "/health":
-                    node.routes.append(self.headers.get("x-onecat-route"))
-                self.send_response(200)
-                self.send_header("content-length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 @pytest.fixture(scope="module")
-def gateway() -> Iterator[tuple[int, Node]]:
+def gateway() -> Iterator[tuple[int, Recorder]]:
     workdir = Path(tempfile.mkdtemp(prefix="onecat-fuzz-affinity-"))
-    node = Node()
+    node = Recorder()
     variables = base_vars(workdir)
     states = {"node-a": {"serving": True, "in_rotation": True, "address": "127.0.0.1",
                          "port": node.port, "max_num_seqs": 8, "agent_port": 0}}
@@ -82,7 +52,7 @@ def gateway() -> Iterator[tuple[int, Node]]:
     with haproxy(workdir, variables) as gw:
         port = int(gw.url.rsplit(":", 1)[1])
         yield port, node
-    node.server.shutdown()
+    node.close()
     shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -9,12 +9,10 @@ through onecat_keyless, whose servers follow the drains of onecat_nodes.
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import shutil
 import socket
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -27,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "standin_engine"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
-from gateway_harness import Engine, base_vars, haproxy, render, wait_until  # noqa: E402
+from gateway_harness import Engine, Recorder, base_vars, haproxy, render, wait_until  # noqa: E402
 
 from onecat.gateway import backends, keys  # noqa: E402
 from onecat.gateway.runtime import Runtime, parse_stat, servers  # noqa: E402
@@ -42,38 +40,6 @@ MODEL = "standin-model"
 def route(text: str) -> str:
     """What the gateway puts in X-Onecat-Route for the key text it read (sha2(256),hex)."""
     return hashlib.sha256(text.encode()).hexdigest().upper()
-
-
-class Recorder:
-    """A node that answers 200 to everything and keeps each request's X-Onecat-Route."""
-
-    def __init__(self) -> None:
-        self.routes: list[str | None] = []
-        recorder = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                self.rfile.read(length)
-                if self.path != "/health":
-                    recorder.routes.append(self.headers.get("x-onecat-route"))
-                self.send_response(200)
-                self.send_header("content-length", "2")
-                self.end_headers()
-                self.wfile.write(b"{}")
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def affinity_vars(tmp_path: Path, nodes: dict[str, int]) -> dict:

@@ -79,7 +79,9 @@ def test_one_address_holds_at_most_its_limit_and_others_still_get_in(
             assert answer(port, "127.0.0.2").startswith(b"HTTP/1.1 200"), "127.0.0.2 refused"
             # The held connections are served.
             assert answer(port, "127.0.0.1", held.pop()).startswith(b"HTTP/1.1 200")
-            # One slot came free: the address gets in again.
+            # One slot came free once HAProxy closed that connection: the address gets in again.
+            assert wait_until(
+                lambda: f"conn_cur={LIMIT - 1}" in table.command("show table onecat"))
             assert answer(port, "127.0.0.1").startswith(b"HTTP/1.1 200")
         finally:
             for conn in held:
