@@ -183,9 +183,9 @@ class _TextCollector(_Collector):
         super().__call__(data, now)
         if data == b"[DONE]":
             return
+        # super() raised for a chunk that is no object or whose choices are no list.
         event = json.loads(data)
-        choices = event.get("choices") if isinstance(event, dict) else None
-        for choice in choices if isinstance(choices, list) else []:
+        for choice in event.get("choices") or []:
             delta = choice.get("delta") if isinstance(choice, dict) else None
             if isinstance(delta, dict) and isinstance(delta.get("content"), str):
                 room = self.limit - self._kept

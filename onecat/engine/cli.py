@@ -97,8 +97,8 @@ def inputs_of(args: argparse.Namespace) -> tuple[Inputs, set[str]]:
     # the path (the wheel and the base are pinned by digest; the resolution is not).
     for what, url in ([("--index-url", index_url)] + [("--extra-index-url", e) for e in extras]
                       + [("--registry-mirror", args.registry_mirror or "")]):
-        if url.startswith("http://") and plain_http_refused(url):
-            raise EngineLockError(f"{what}: {plain_http_refused(url)}")
+        if url.startswith("http://") and (refused := plain_http_refused(url)):
+            raise EngineLockError(f"{what}: {refused}")
     sha256 = args.wheel_sha256 if args.wheel_sha256 is not None \
         else role.wheel_sha256s.get(version, "")
     inputs = Inputs(

@@ -107,6 +107,17 @@ def _field(value: object, key: str) -> str:
     return got if isinstance(got, str) else ""
 
 
+def _json_object(body: bytes, what: str) -> dict:
+    """The body as a JSON object, or one EngineLockError line naming `what`."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise EngineLockError(f"{what} is not a JSON object")
+    return data
+
+
 def config_of(manifest: dict, where: str) -> str:
     config = _field(manifest.get("config") if isinstance(manifest, dict) else None, "digest")
     if not DIGEST.match(config):
@@ -201,12 +212,7 @@ class Registry:
         if digest and got != digest:
             raise EngineLockError(f"the registry {self.base} served {repository}@{digest} "
                                   f"with content {got}: the manifest does not match its digest")
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            raise EngineLockError(f"the manifest {repository}@{reference} is not a JSON object")
+        data = _json_object(body, f"the manifest {repository}@{reference}")
         media_type = headers.get("content-type", "").split(";")[0].strip()
         declared = data.get("mediaType")
         return data, declared if isinstance(declared, str) and declared else media_type, body
@@ -219,12 +225,7 @@ class Registry:
         if status != 200 or "sha256:" + hashlib.sha256(body).hexdigest() != config:
             raise EngineLockError(f"the registry {self.base} served a config blob {config} "
                                   "that does not match its digest")
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            raise EngineLockError(f"the config blob {config} is not a JSON object")
+        data = _json_object(body, f"the config blob {config}")
         return f"{_field(data, 'os')}/{_field(data, 'architecture')}"
 
 
@@ -240,14 +241,13 @@ def resolve(image: str, mirror: str = "", timeout: float = TIMEOUT,
             f"{ref.tag}, not the digest the reference pins ({ref.digest})")
     if media_type in INDEX_TYPES:
         index, _, _ = client.get_manifest(ref.repository, digest, digest)
-        want_os, want_arch = os_arch.split("/")
         listed = index.get("manifests")
         entries = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
 
         def platform(m: dict) -> str:
             return f"{_field(m.get('platform'), 'os')}/{_field(m.get('platform'), 'architecture')}"
 
-        chosen = [m for m in entries if platform(m) == f"{want_os}/{want_arch}"]
+        chosen = [m for m in entries if platform(m) == os_arch]
         if not chosen or not DIGEST.match(_field(chosen[0], "digest")):
             platforms = sorted({one_line(platform(m))[:60] for m in entries})[:20]
             raise EngineLockError(f"the base image {image} has no {os_arch} manifest "
