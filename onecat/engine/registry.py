@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from onecat.text import one_line
 
 from .errors import EngineLockError
-from .net import TIMEOUT, plain_http_refused, request
+from .net import LOOPBACK, TIMEOUT, plain_http_refused, request
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -31,7 +31,6 @@ MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST)
 ACCEPT = ", ".join((*INDEX_TYPES, *MANIFEST_TYPES))
 DOCKER_HUB = "docker.io"
 DOCKER_HUB_API = "https://registry-1.docker.io"
-LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -78,7 +77,11 @@ def api_base(ref: ImageRef, mirror: str = "") -> str:
         return mirror.rstrip("/")
     if ref.registry == DOCKER_HUB:
         return DOCKER_HUB_API
-    host = ref.registry.split(":")[0] if not ref.registry.startswith("[") else ref.registry
+    # The host as urllib reads it: "[::1]:5000" is ::1, as net.plain_http_refused sees it.
+    try:
+        host = urllib.parse.urlsplit(f"//{ref.registry}").hostname or ""
+    except ValueError:
+        host = ""
     return f"{'http' if host in LOOPBACK else 'https'}://{ref.registry}"
 
 

@@ -76,6 +76,12 @@ def test_unpinned_or_malformed_references_are_refused(ref):
 def test_api_base_follows_the_registry_and_the_mirror():
     assert registry.api_base(registry.parse_ref("nvidia/cuda:1")) == "https://registry-1.docker.io"
     assert registry.api_base(registry.parse_ref("127.0.0.1:5000/x:1")) == "http://127.0.0.1:5000"
+    # A registry on IPv6 loopback is asked over http too, as every other loopback one: the
+    # bracketed host is ::1 (it was asked over https, which a plain local registry refuses).
+    assert registry.api_base(registry.parse_ref("[::1]:5000/x:1")) == "http://[::1]:5000"
+    assert registry.api_base(registry.parse_ref("localhost:5000/x:1")) == "http://localhost:5000"
+    assert registry.api_base(registry.parse_ref("[2001:db8::1]:5000/x:1")) == \
+        "https://[2001:db8::1]:5000"
     assert registry.api_base(registry.parse_ref("reg.example:443/x:1")) == "https://reg.example:443"
     assert registry.api_base(registry.parse_ref("nvidia/cuda:1"), "http://m:5000/") == "http://m:5000"
 
