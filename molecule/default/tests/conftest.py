@@ -11,7 +11,6 @@ from verify_helpers import (
     LOADED_MODULE,
     PROJECT,
     PlaybookRun,
-    boot_start,
     driver_userspace,
     playbook_runner,
     read_lock,
@@ -29,5 +28,5 @@ def run_playbook(tmp_path: Path):
     the burn-in in every rollout, tests/integration/test_burnin.py its verdicts."""
     return playbook_runner(tmp_path, "-e", "onecat_burnin=false")
 
-__all__ = ["LOADED_MODULE", "PROJECT", "PlaybookRun", "boot_start", "driver_userspace",
+__all__ = ["LOADED_MODULE", "PROJECT", "PlaybookRun", "driver_userspace",
            "read_lock", "run_playbook", "wait_booted", "wait_healthy"]

@@ -1,5 +1,11 @@
 """onecat-node1 takes a real host's driver path: the kernel module is managed, against the
-kernel-edge doubles of tests/kernel_doubles (laid by prepare.yml, unknown to the role)."""
+kernel-edge doubles of tests/kernel_doubles (laid by prepare.yml, unknown to the role).
+
+The planned reboot (nvidia_driver_reboot: true: the driver stage reboots the node itself into the
+installed module) is proven once, on fleet-a in molecule/fleet's
+test_a_rollout_reboots_one_node_and_restarts_docker_on_the_other_with_no_failed_stream, with the
+gateway's hold and the gate and burn-in after it; this file proves the path without it (REBOOT
+PENDING, held from serve until a reboot)."""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import LOADED_MODULE, boot_start, driver_userspace, wait_booted, wait_healthy
+from conftest import LOADED_MODULE, driver_userspace, wait_booted
 
 NODE = "onecat-node1"
 DRIVER = "- ansible.builtin.import_playbook: @PROJECT@/playbooks/driver.yml"
@@ -48,27 +54,6 @@ def test_persistence_mode_is_on(host):
     assert host.service("nvidia-persistenced").is_running
     modes = host.check_output("nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader")
     assert modes.splitlines() == ["0, Enabled", "1, Enabled"]
-
-
-def test_a_planned_reboot_boots_into_the_installed_driver(host, run_playbook):
-    """nvidia_driver_reboot: true on a host whose kernel still runs the previous build: the
-    driver stage reboots it itself (ansible.builtin.reboot: `shutdown -r`, the container's
-    systemd exits, Docker starts it again), waits for the new boot, finds the installed module
-    loaded and goes on to the end with no reboot pending."""
-    userspace = driver_userspace(host)
-    host.run(f"echo 535.216.01 > {LOADED_MODULE}")
-    booted = boot_start(host)
-    run = run_playbook(DRIVER, "--limit", NODE, "-e", "nvidia_driver_reboot=true")
-    flat = _flat(run.output)
-    assert run.rc == 0, run.output[-3000:]
-    assert re.search(r"TASK \[nvidia_driver : Reboot into the installed driver\.\][^\n]*\n"
-                     rf"changed: \[{NODE}\]", run.output), run.output[-3000:]
-    assert "REBOOT PENDING" not in flat, flat[-3000:]
-    wait_booted(host, 120)
-    assert boot_start(host) != booted
-    assert host.file(LOADED_MODULE).content_string.strip() == userspace
-    assert not host.file(MARKER).exists
-    wait_healthy(host, 180)  # the enabled unit brought the server back after the boot
 
 
 def test_reboot_pending_holds_the_host_from_serve_until_it_reboots(host, run_playbook):
