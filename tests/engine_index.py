@@ -100,8 +100,7 @@ class Index:
                 [sys.executable, "-m", "http.server", str(self.port), "--bind", "127.0.0.1",
                  "--directory", str(self.root)],
                 stdout=subprocess.DEVNULL, stderr=log)
-        # Generous: the roles tests that use it run beside the scenarios with a small CPU share.
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
                 urllib.request.urlopen(self.url + "/", timeout=2).close()

@@ -164,8 +164,7 @@ class Registry:
         config.write_text(json.dumps(settings))
         self.proc = subprocess.Popen([BINARY, "serve", str(config)],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        # Generous: the roles tests that use it run beside the scenarios with a small CPU share.
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
                 urllib.request.urlopen(self.url + "/v2/", timeout=2).close()

@@ -67,9 +67,7 @@ def run_playbook(playbook: str, hosts: dict[str, dict], tmp_path: Path, check: b
         cmd.append("--check")
     if diff:
         cmd.append("--diff")
-    # A guard against a hang, not a clock: scripts/test.sh runs these tests beside the scenarios
-    # with a small CPU share, where a run may wait minutes for a core.
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError:

@@ -174,7 +174,7 @@ def _pip(requirements: str, wheel: Path, tmp: Path, command: str) -> subprocess.
     # As in the Dockerfile (cd into the context, same command), offline, into a scratch dir.
     return subprocess.run([sys.executable, "-m", *argv, "--no-index", "--target",
                            str(tmp / "site")], cwd=work, capture_output=True, text=True,
-                          check=False, timeout=600)
+                          check=False, timeout=120)
 
 
 def test_pip_installs_the_wheel_by_its_hash(rendered, wheel, tmp_path):
