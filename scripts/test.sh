@@ -29,7 +29,8 @@ checks() {
   # fleets for the CPU, and the scenarios leave no CPU to fill. Measured (docs/testing.md):
   # the two cores are saturated through the converges and about 85 % busy after, so ansible-lint
   # and the roles tests beside them, even in a CPU cgroup of their own with a small share,
-  # made the scenarios about as much longer as the quick phase got shorter. --durations=0 gives benchmarks/ci_profile.py each folder's test time.
+  # made the scenarios about as much longer as the quick phase got shorter.
+  # --durations=0 gives benchmarks/ci_profile.py each folder's test time.
   # worksteal: a worker that runs out takes tests queued for the other; with the default
   # (load), the last slow tests queued on one worker ran alone for over two minutes while the
   # other core idled.

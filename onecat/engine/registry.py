@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from onecat.text import one_line
 
 from .errors import EngineLockError
-from .net import LOOPBACK, TIMEOUT, plain_http_refused, request
+from .net import TIMEOUT, plain_http_refused, request
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -77,12 +77,9 @@ def api_base(ref: ImageRef, mirror: str = "") -> str:
         return mirror.rstrip("/")
     if ref.registry == DOCKER_HUB:
         return DOCKER_HUB_API
-    # The host as urllib reads it: "[::1]:5000" is ::1, as net.plain_http_refused sees it.
-    try:
-        host = urllib.parse.urlsplit(f"//{ref.registry}").hostname or ""
-    except ValueError:
-        host = ""
-    return f"{'http' if host in LOOPBACK else 'https'}://{ref.registry}"
+    # Plain http where net.plain_http_refused allows it (loopback, "[::1]:5000" included).
+    plain = f"http://{ref.registry}"
+    return plain if not plain_http_refused(plain) else f"https://{ref.registry}"
 
 
 def _challenge(header: str) -> dict[str, str]:
