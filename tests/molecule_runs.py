@@ -10,9 +10,12 @@ so far at once, then live until the scenario ends. `benchmarks/ci_profile.py` re
 offsets back into times.
 
 ONECAT_MOLECULE_PARALLEL=0 starts each scenario only when its own test runs, one after the other.
-ONECAT_MOLECULE_DESTROY=never (.ci/run sets it: a CI machine is thrown away, and it has nothing
-to destroy before either) skips molecule's destroy steps, the one before create and the one
-after verify; the default, always, leaves a developer's machine as it found it.
+ONECAT_MOLECULE_DESTROY=never (.ci/run sets it: a CI machine is thrown away) skips molecule's
+destroy steps, the one before create and the one after verify; the default, always, leaves a
+developer's machine as it found it. Even under never, a scenario whose nodes are already there
+(a machine that ran the tests before, with never) is destroyed first: molecule's create would
+take the old containers as they are, with the last run's images, backups and watch states in
+them, and the verify would judge that run's leftovers (stop 55's CI failed on exactly that).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
@@ -49,6 +54,32 @@ def docker_problem() -> str | None:
     return None
 
 
+def platform_names(scenario: str) -> list[str]:
+    """The node containers a scenario creates (molecule.yml's platforms)."""
+    config = yaml.safe_load((REPO / "molecule" / scenario / "molecule.yml").read_text())
+    return [platform["name"] for platform in config["platforms"]]
+
+
+def leftover_nodes(scenario: str) -> list[str]:
+    """The scenario's node containers that exist already, running or not."""
+    found = []
+    for name in platform_names(scenario):
+        listed = subprocess.run(["docker", "ps", "-aq", "--filter", f"name=^/{name}$"],
+                                capture_output=True, text=True, check=False)
+        if listed.stdout.strip():
+            found.append(name)
+    return found
+
+
+def commands(scenario: str, molecule: str, leftovers: list[str]) -> list[list[str]]:
+    """What runs for a scenario, in order: a destroy first when its nodes are left from an
+    earlier run that did not destroy them, then the test."""
+    test = [molecule, "test", "-s", scenario, "--destroy", destroy_wanted()]
+    if destroy_wanted() == "never" and leftovers:
+        return [[molecule, "destroy", "-s", scenario], test]
+    return [test]
+
+
 @dataclass
 class Run:
     """One `molecule test -s NAME` in the background, its lines kept as they come."""
@@ -57,7 +88,6 @@ class Run:
     started: float = 0.0
     lines: list[str] = field(default_factory=list)
     returncode: int | None = None
-    _proc: subprocess.Popen[str] | None = None
     _done: threading.Event = field(default_factory=threading.Event)
     _more: threading.Condition = field(default_factory=threading.Condition)
 
@@ -66,22 +96,33 @@ class Run:
         env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
                "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
         self.started = time.time()
-        self._proc = subprocess.Popen(
-            [f"{bindir}/molecule", "test", "-s", self.name, "--destroy", destroy_wanted()],
-            cwd=REPO, env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", bufsize=1)
-        threading.Thread(target=self._read, name=f"molecule-{self.name}", daemon=True).start()
+        leftovers = leftover_nodes(self.name) if destroy_wanted() == "never" else []
+        if leftovers:
+            self._keep(f"nodes left from an earlier run: {', '.join(leftovers)}; "
+                       "destroying them before the test")
+        steps = commands(self.name, f"{bindir}/molecule", leftovers)
+        threading.Thread(target=self._read, args=(steps, env), name=f"molecule-{self.name}",
+                         daemon=True).start()
         return self
 
-    def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
-            offset = time.time() - self.started
-            with self._more:
-                self.lines.append(f"[{self.name} +{offset:.1f}s] {line.rstrip()}")
-                self._more.notify_all()
-        self.returncode = self._proc.wait()
+    def _keep(self, line: str) -> None:
+        offset = time.time() - self.started
+        with self._more:
+            self.lines.append(f"[{self.name} +{offset:.1f}s] {line.rstrip()}")
+            self._more.notify_all()
+
+    def _read(self, steps: list[list[str]], env: dict[str, str]) -> None:
+        for step in steps:
+            proc = subprocess.Popen(
+                step, cwd=REPO, env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, errors="replace", bufsize=1)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self._keep(line)
+            self.returncode = proc.wait()
+            if self.returncode != 0:
+                break
         with self._more:
             self._done.set()
             self._more.notify_all()
