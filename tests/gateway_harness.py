@@ -46,6 +46,7 @@ def base_vars(workdir: Path) -> dict:
     return {
         "gateway_user": "", "gateway_group": "", "gateway_maxconn": 2000,
         "gateway_admin_socket": str(workdir / "admin.sock"),
+        "gateway_read_socket": str(workdir / "read.sock"),
         "gateway_hard_stop_after": "2m", "gateway_timeout_connect": "2s",
         "gateway_timeout_client": "10m", "gateway_timeout_server": "10m",
         "gateway_timeout_queue": "60s", "gateway_check_timeout": "2s",

@@ -25,12 +25,13 @@ show out yet (their grant lasts ttl_s, in memory: a restart forgets them, and HA
 them out by then). A rotation it cannot read refuses (503): the node keeps serving.
 
 Each node has its own token, HMAC-SHA256(secret, node name) in hex, sent as
-`Authorization: Bearer TOKEN`; the node in the body must be the token's. GET /v1/leases takes
-the admin token (HMAC of "@admin"), or a node's token with its name in `X-Onecat-Node`; the
-admin token may also release any node. Answers: 400 a body that is not a JSON object of the
-right fields, 401 no or a wrong token (nothing more said), 404/405 another path or method,
-411 a POST without Content-Length, 413 a body over 4 KiB, 503 the book could not be saved
-(the change is not made: the caller fails closed).
+`Authorization: Bearer TOKEN` (after a rotation, the retiring secret's tokens open too, until
+the next run retires it: --retiring-secret-file); the node in the body must be the token's.
+GET /v1/leases takes the admin token (HMAC of "@admin"), or a node's token with its name in
+`X-Onecat-Node`; the admin token may also release any node. Answers: 400 a body that is not
+a JSON object of the right fields, 401 no or a wrong token (nothing more said), 404/405 another
+path or method, 411 a POST without Content-Length, 413 a body over 4 KiB, 503 the book could
+not be saved (the change is not made: the caller fails closed).
 
 One lock around the book; it is saved (temporary file, fsync, rename) after every change and
 loaded at start, so a restart of the server or a reboot of the host keeps every lease. One
@@ -138,7 +139,8 @@ class Service:
                  min_ttl_s: float = lease.MIN_TTL_S, clock: Callable[[], float] = time.time,
                  log: Callable[[str], None] | None = None,
                  save: Callable[[str, str], None] = save_atomically, min_in_rotation: int = 0,
-                 rotation: Callable[[], set[str]] | None = None) -> None:
+                 rotation: Callable[[], set[str]] | None = None,
+                 retiring: bytes | None = None) -> None:
         self.state_path = state_path
         # The floor (/v1/out): the fewest nodes an automatic drain leaves in rotation, and
         # what reads the rotation (None: no gateway here, every way out is granted).
@@ -152,6 +154,9 @@ class Service:
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self.save = save
         self.lock = threading.Lock()
+        # The secret a rotation replaced: its tokens still open until the next run retires it,
+        # so a node keeps its leases until it has the new token (roles/gateway, rotate).
+        self.secrets = [secret] + ([retiring] if retiring and retiring != secret else [])
         self.admin_token = token_for(secret, ADMIN)
         self.book = self._load()
 
@@ -192,13 +197,18 @@ class Service:
             return None
         return token
 
+    def _opens(self, token: str, name: str) -> bool:
+        given = token.encode("ascii", "replace")
+        # Every secret compared (no early exit): the time says nothing of which one matched.
+        matches = [hmac.compare_digest(given, token_for(secret, name).encode("ascii"))
+                   for secret in self.secrets]
+        return any(matches)
+
     def is_node(self, token: str, node: str) -> bool:
-        return hmac.compare_digest(token.encode("ascii", "replace"),
-                                   token_for(self.secret, node).encode("ascii"))
+        return self._opens(token, node)
 
     def is_admin(self, token: str) -> bool:
-        return hmac.compare_digest(token.encode("ascii", "replace"),
-                                   self.admin_token.encode("ascii"))
+        return self._opens(token, ADMIN)
 
     # The book ------------------------------------------------------------------------------
 
@@ -517,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--listen", type=parse_listen, required=True, help="HOST:PORT")
     serve.add_argument("--state", required=True, help="the book's file (saved on every change)")
     serve.add_argument("--secret-file", required=True, help="owner-only file of the secret")
+    serve.add_argument("--retiring-secret-file", default="",
+                       help="owner-only file of the secret a rotation replaced, whose tokens "
+                            "still open (absent: none)")
     serve.add_argument("--max-parallel", type=_count, default=0,
                        help="nodes in repair at once; 0: 10%% of --fleet-size, at least 1")
     serve.add_argument("--fleet-size", type=_count, default=0,
@@ -557,8 +570,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"onecat repair lease: --min-in-rotation: {error}", file=sys.stderr)
         return 2
+    retiring = None
+    if args.retiring_secret_file and os.path.lexists(args.retiring_secret_file):
+        try:
+            retiring = read_secret(args.retiring_secret_file)
+        except ValueError as error:
+            print(f"onecat repair lease: the retiring secret is not used: {error}",
+                  file=sys.stderr)
     service = Service(args.state, secret, bound, min_ttl_s=args.min_ttl,
-                      min_in_rotation=minimum,
+                      min_in_rotation=minimum, retiring=retiring,
                       rotation=haproxy_rotation(args.admin_socket, args.backend)
                       if args.admin_socket else None)
     try:
@@ -570,7 +590,8 @@ def main(argv: list[str] | None = None) -> int:
     service.log(f"listening on {args.listen[0]}:{args.listen[1]}, at most {bound} node(s) "
                 f"in repair at once, {len(service.book.leases)} lease(s) held, a floor of "
                 f"{minimum} node(s) in rotation"
-                + (f" at {args.admin_socket}" if args.admin_socket else " (no gateway read)"))
+                + (f" at {args.admin_socket}" if args.admin_socket else " (no gateway read)")
+                + (", the retiring secret's tokens still open" if retiring else ""))
     try:
         server.serve_forever()
     except KeyboardInterrupt:

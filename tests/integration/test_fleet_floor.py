@@ -1,9 +1,9 @@
-"""The fleet's floor end to end (issue 46): a real HAProxy on loopback with two stand-in
-engines in rotation, the real lease server reading that HAProxy's rotation from its admin
-socket, and the watch as its timer runs it (the NVML double, `--act --floor-url`). A node
-whose power brake lasts (a cause that does not make answers wrong) stays in while its leaving
-would break the floor, says so in its verdict, its metrics and its journal lines, and drains
-once the floor lets it go; a lost GPU drains whatever the floor says."""
+"""The fleet's floor end to end (issue 46): a real HAProxy on loopback with two stand-in engines in
+rotation, the real lease server reading that HAProxy's rotation from its read-only socket (level
+user, as the role's unit runs it), and the watch as its timer runs it (the NVML double, `--act
+--floor-url`). A node whose power brake lasts (a cause that does not make answers wrong) stays
+in while its leaving would break the floor, says so in its verdict, its metrics and its journal
+lines, and drains once the floor lets it go; a lost GPU drains whatever the floor says."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_a_power_brake_on_the_last_nodes_keeps_them_in_a_lost_gpu_does_not(
             (tmp_path / "lease").mkdir()
             (tmp_path / "lease-1").mkdir()
             server = LeaseServer(tmp_path / "lease", extra=(
-                "--min-in-rotation", "2", "--admin-socket", gw.socket)).start()
+                "--min-in-rotation", "2", "--admin-socket", gw.vars["gateway_read_socket"])).start()
             try:
                 a = tmp_path / "node-a"
                 assert _look(libdir, "power_brake", a, server.url, "node-a")[0] == 1
@@ -121,7 +121,7 @@ def test_a_power_brake_on_the_last_nodes_keeps_them_in_a_lost_gpu_does_not(
                 server.kill()
             # A floor of one: node-a may go while node-b serves.
             server = LeaseServer(tmp_path / "lease-1", extra=(
-                "--min-in-rotation", "1", "--admin-socket", gw.socket)).start()
+                "--min-in-rotation", "1", "--admin-socket", gw.vars["gateway_read_socket"])).start()
             try:
                 _, out, verdict = _look(libdir, "power_brake", a, server.url, "node-a")
                 assert verdict["mode"] == "draining" and not verdict["floor_held"], out

@@ -147,6 +147,23 @@ def test_the_gateway_side_in_check_mode_writes_nothing(tmp_path) -> None:
     assert UNIT.exists() == existed
 
 
+def test_check_mode_on_an_earlier_releases_gateway_host_passes_before_its_user_exists(
+        tmp_path) -> None:
+    # An earlier release left the folder, secret and book owned by root; the lease server's
+    # user (issue 49) is made by the real run. Check mode must not ask for an owner that is
+    # not there yet, and must leave the root-owned files as they are.
+    gateway_host_ready(tmp_path)
+    (tmp_path / "state" / "leases.json").write_text('{"leases": []}\n')
+    before = {path.name: path.stat() for path in (tmp_path / "state").iterdir()}
+    proc = run(tmp_path, GATEWAY_PLAY, "--check",
+               "-e", "onecat_repair_lease_address=192.0.2.10",
+               "-e", "gateway_repair_lease_user=onecat-lease-absent-user")
+    assert proc.returncode == 0, said(proc)[-3000:]
+    after = {path.name: path.stat() for path in (tmp_path / "state").iterdir()}
+    assert {name: (st.st_uid, st.st_mode) for name, st in after.items()} == {
+        name: (st.st_uid, st.st_mode) for name, st in before.items()}
+
+
 def test_a_lease_port_the_gateway_already_uses_is_refused(tmp_path) -> None:
     for port in ("8000", "8404", "70000"):
         proc = run(tmp_path, GATEWAY_PLAY, "-e", f"onecat_repair_lease_port={port}")

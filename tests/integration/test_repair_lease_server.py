@@ -328,14 +328,23 @@ def test_the_roles_unit_runs_the_server_it_describes(tmp_path) -> None:
         gateway_repair_lease_python=sys.executable,
         __gateway_repair_lease_state_file=str(tmp_path / "leases.json"),
         __gateway_repair_lease_secret_file=str(secret), gateway_fleet_min_in_rotation="25%",
-        gateway_admin_socket=str(tmp_path / "admin.sock"))
+        __gateway_repair_lease_retiring_file=str(tmp_path / "secret.retiring"),
+        gateway_read_socket=str(tmp_path / "read.sock"), gateway_repair_lease_user="onecat-lease",
+        gateway_repair_lease_state_dir=str(tmp_path), gateway_group="haproxy")
     lines = dict(line.split("=", 1) for line in unit.splitlines()
                  if "=" in line and not line.startswith("#"))
     assert lines["Restart"] == "on-failure" and lines["Environment"] == f"PYTHONPATH={REPO}"
+    # Not root, and sandboxed: it writes only its folder, holds no capability (port >= 1024).
+    assert lines["User"] == lines["Group"] == "onecat-lease"
+    assert lines["SupplementaryGroups"] == "haproxy"
+    assert lines["ProtectSystem"] == "strict" and lines["ReadWritePaths"] == str(tmp_path)
+    assert lines["CapabilityBoundingSet"] == "" and lines["NoNewPrivileges"] == "yes"
     argv = shlex.split(lines["ExecStart"])
     assert f"127.0.0.1:{port}" in argv
     assert argv[argv.index("--min-in-rotation") + 1] == "25%"
-    assert argv[argv.index("--admin-socket") + 1] == str(tmp_path / "admin.sock")
+    # The floor reads HAProxy's read-only socket, not the admin one.
+    assert argv[argv.index("--admin-socket") + 1] == str(tmp_path / "read.sock")
+    assert argv[argv.index("--retiring-secret-file") + 1] == str(tmp_path / "secret.retiring")
     proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
                             stderr=subprocess.PIPE, text=True)
     try:
