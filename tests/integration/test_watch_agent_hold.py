@@ -1,0 +1,101 @@
+"""A node whose gateway agent cannot be heard fails closed (issue 49 item 1), end to end: the
+watch as its timer runs it (the NVML double, `--act --agent-node-file --guard-hold-file`) finds
+nothing answering on its agent's address and port, cannot restart the socket (no systemd
+here, as a socket systemd refuses to restart), and writes the key guard's hold file; the
+stand-in engine, loading the serve role's guard, answers the gateway's health check 503 with the
+reason, and a real HAProxy takes the node out on it while the other node serves every request.
+Once the agent answers, the next look lifts the hold and the node is back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nvml_double"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import nvml_double_harness as double
+from gateway_harness import Agent, Engine, free_port, gateway_vars, haproxy, wait_until
+
+from onecat.gateway.runtime import Runtime, rotation
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run(["which", "haproxy"], capture_output=True, check=False).returncode != 0,
+    reason="haproxy is not installed (bootstrap.sh installs it)")
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "k" * 32
+GUARD = {"PYTHONPATH": f"{REPO / 'roles' / 'vllm_serve' / 'files'}:"
+                       f"{REPO / 'tests' / 'standin_engine'}",
+         "VLLM_API_KEY": KEY, "ONECAT_METRICS_KEY": "m" * 32}
+
+
+def _look(libdir: Path, folder: Path, node_file: Path, hold: Path) -> str:
+    """One look of the node's watch, as its timer runs it, with the agent check."""
+    (folder / "textfile").mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat.watch", "--once", "--state-dir", str(folder / "state"),
+         "--verdict-file", str(folder / "verdict.json"),
+         "--metrics-file", str(folder / "textfile" / "onecat.prom"),
+         "--kernel-log", str(double.kernel_log("healthy_pcie_pair")), "--act",
+         "--agent-file", str(folder / "watch-state"), "--interval", "60s",
+         "--agent-node-file", str(node_file), "--guard-hold-file", str(hold),
+         "--agent-socket-unit", "onecat-test-absent.socket"],
+        env=double.double_env(libdir, "healthy_pcie_pair"), capture_output=True, text=True,
+        check=False, cwd=REPO, timeout=120)
+    return done.stdout + done.stderr
+
+
+def test_an_unheard_agent_takes_the_node_out_on_the_health_check_until_it_answers(
+        libdir: Path, tmp_path: Path) -> None:
+    hold = tmp_path / "guard-a" / "hold"
+    hold.parent.mkdir()
+    engines = [
+        Engine(tmp_path, "node-a", env={**GUARD, "ONECAT_GUARD_HOLD_FILE": str(hold)},
+               args=["--middleware", "onecat_guard.Guard"]),
+        Engine(tmp_path, "node-b", env={**GUARD, "ONECAT_GUARD_HOLD_FILE": str(tmp_path / "b")},
+               args=["--middleware", "onecat_guard.Guard"])]
+    for engine in engines:
+        # /health open for the harness's keyless readiness poll: the hold answers the
+        # gateway's check whether the path needs the key or not (tests/unit/test_guard_hold.py).
+        engine.start(env={"ONECAT_GUARD_OPEN_PATHS": "/health"})
+    agent = Agent(tmp_path / "agent-state")
+    try:
+        variables = gateway_vars(tmp_path, engines, gateway_engine_api_key=KEY)
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+
+            def states() -> dict[str, str]:
+                return rotation(runtime.stat(), "onecat_nodes")
+
+            assert wait_until(lambda: all(s.startswith("UP") for s in states().values())), \
+                states()
+            node_file = tmp_path / "node-a.json"
+            node_file.write_text(json.dumps({"address": "127.0.0.1", "agent_port": free_port()}))
+            said = _look(libdir, tmp_path / "watch-a", node_file, hold)
+            assert "the node fails closed" in said, said[-3000:]
+            assert "could not be restarted" in hold.read_text(), hold.read_text()
+            assert wait_until(lambda: states()["node-a"].startswith("DOWN"), timeout=15), \
+                states()
+            assert states()["node-b"].startswith("UP"), states()
+            for _ in range(6):  # every request reaches node-b
+                request = urllib.request.Request(
+                    gw.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+                with urllib.request.urlopen(request, timeout=10) as answer:
+                    assert answer.status == 200
+            # The agent answers again: the next look lifts the hold, the check passes.
+            node_file.write_text(json.dumps({"address": "127.0.0.1", "agent_port": agent.port}))
+            said = _look(libdir, tmp_path / "watch-a", node_file, hold)
+            assert "the health check's hold is lifted" in said, said[-3000:]
+            assert not hold.exists()
+            assert wait_until(lambda: states()["node-a"].startswith("UP"), timeout=15), \
+                states()
+    finally:
+        agent.close()
+        for engine in engines:
+            engine.stop()
