@@ -27,6 +27,16 @@ through the one channel left, and HAProxy takes the node out on its health check
 keep being served, and the serve gate's and the watch's own /health (without the header) are
 answered as always.
 
+Each client key's prefix cache is kept apart (issue 49): the gateway names the request's
+tenant in `X-Onecat-Tenant` (the SHA-256 of its client key's name, haproxy.cfg; a client's own
+header of that name is dropped there), and the guard puts it into the body of every completion
+as vLLM's `cache_salt`, which the engine makes the first block's extra hash key (1Cat-vLLM
+vllm/v1/core/kv_cache_utils.py `generate_block_hash_extra_keys`): two tenants share no cached
+block, so neither can time the other's prompts through the prefix cache. A salt the client sent
+itself is kept after the tenant's (`onecat-tenant-HASH:SALT`), so a client cannot name another
+tenant's salt; a body that is no JSON object, or a cache_salt the engine refuses, goes in as it
+came (the engine answers it).
+
 Why not vLLM's own list of keys: the pinned fork's --api-key is `list[str]` ("the server will
 require one of these keys", 1Cat-vLLM vllm/entrypoints/openai/cli_args.py:267-269, taking
 precedence over VLLM_API_KEY, api_server.py:264-268), but it is an argument: on the command
@@ -47,6 +57,13 @@ METRICS_PATH = "/metrics"
 # The gateway's health check (haproxy.cfg's http-check) says who it is with this header.
 GATEWAY_CHECK_HEADER = b"x-onecat-gateway-check"
 HOLD_NAME = "hold"
+# The tenant the gateway names (the SHA-256 of the client key's name, in hex), and the
+# requests whose prefix cache it salts.
+TENANT_HEADER = b"x-onecat-tenant"
+SALTED_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+# A larger body goes in unsalted (vLLM reads it whole all the same).
+MAX_SALTED_BODY = 32 * 1024 * 1024
+_HEX = frozenset("0123456789abcdef")
 
 
 def _hold_file_from_env() -> str:
@@ -110,6 +127,45 @@ def decide(path: str, token: str, api_key: str, metrics_key: str,
     return 0 if api_key and any(matched) else 401
 
 
+def tenant(headers: list[tuple[bytes, bytes]]) -> str:
+    """The gateway's tenant name (64 lower-case hex digits), '' when there is none."""
+    for name, value in headers:
+        if name.lower() == TENANT_HEADER:
+            text = value.decode("latin-1").strip()
+            return text if len(text) == 64 and set(text) <= _HEX else ""
+    return ""
+
+
+def salted(body: bytes, tenant_name: str) -> bytes | None:
+    """The completion's body with the tenant's cache_salt (a client's own salt after it);
+    None for a body to pass as it came (no JSON object, or a cache_salt vLLM refuses)."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    own = document.get("cache_salt")
+    if own is not None and (not isinstance(own, str) or not own):
+        return None
+    document["cache_salt"] = f"onecat-tenant-{tenant_name}" + (f":{own}" if own else "")
+    try:
+        return json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (`"\ud800"`): escaped, as it came
+        return json.dumps(document).encode("ascii")
+
+
+def _replay(first: list[dict], receive):
+    """A receive that gives `first` again, then what the connection sends."""
+    pending = list(first)
+
+    async def replayed():
+        if pending:
+            return pending.pop(0)
+        return await receive()
+    return replayed
+
+
 def with_bearer(headers: list[tuple[bytes, bytes]], token: str) -> list[tuple[bytes, bytes]]:
     """The headers with every Authorization header replaced by one `Bearer TOKEN`."""
     kept = [(name, value) for name, value in headers if name.lower() != b"authorization"]
@@ -149,6 +205,11 @@ class Guard:
             if self.api_key and token and any(_matches(token, old) for old in self.retiring):
                 # A retiring key: vLLM's own check inside accepts only VLLM_API_KEY.
                 scope = {**scope, "headers": with_bearer(headers, self.api_key)}
+            named = tenant(headers) if (scope["type"] == "http" and path in SALTED_PATHS
+                                        and scope.get("method") == "POST") else ""
+            if named:
+                await self._salted(scope, receive, send, named)
+                return
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":
@@ -158,6 +219,34 @@ class Guard:
             "message": "Unauthorized: send Authorization: Bearer KEY",
             "type": "AuthenticationError", "param": None, "code": status}},
             [(b"www-authenticate", b"Bearer")])
+
+
+    async def _salted(self, scope, receive, send, named: str) -> None:
+        """Read the body, put the tenant's cache_salt in, hand the app the new body."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message.get("type") != "http.request":  # the client left: the app sees it
+                await self.app(scope, _replay([message], receive), send)
+                return
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            if not message.get("more_body", False):
+                break
+            if size > MAX_SALTED_BODY:
+                partial = {"type": "http.request", "body": b"".join(chunks), "more_body": True}
+                await self.app(scope, _replay([partial], receive), send)
+                return
+        body = b"".join(chunks)
+        new = salted(body, named)
+        if new is not None:
+            body = new
+            kept = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
+            scope = {**scope, "headers": [*kept, (b"content-length", str(len(body)).encode())]}
+        await self.app(scope, _replay([{"type": "http.request", "body": body,
+                                        "more_body": False}], receive), send)
 
 
 def _checked_by_gateway(headers: list[tuple[bytes, bytes]]) -> bool:

@@ -13,11 +13,13 @@ Authorization header counts, as in vLLM's own check.
 from __future__ import annotations
 
 import asyncio
+import json
 
 from fuzzkit import examples, fuzz
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from onecat.serve import guard as guard_module
 from onecat.serve.guard import Guard
 
 API = "NewKey-0123456789abcdefghijklmnopqrstuvwxyz"
@@ -103,3 +105,35 @@ def test_fuzz_key_guard(keys: tuple[str, tuple[str, ...]], kind: str, path: str,
     assert sent[0]["status"] == 401
     body = sent[1]["body"].decode()
     assert all(key not in body for key in (API, OLD, METRICS))
+
+
+TENANT = "ab" * 32
+JSON_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=4),
+    max_leaves=12)
+BODY = (st.dictionaries(st.sampled_from(["prompt", "cache_salt", "messages", "model", "x"]),
+                        JSON_VALUE, max_size=4).map(lambda d: json.dumps(d).encode())
+        | JSON_VALUE.map(lambda v: json.dumps(v).encode()) | st.binary(max_size=200))
+
+
+@settings(max_examples=examples(300))
+@given(BODY)
+@example(b'{"prompt": "x", "cache_salt": ""}')
+@example(b'{"cache_salt": "a", "cache_salt": 5}')
+@example(b"[" * 5000)
+@example(b'{"prompt": "\\ud800"}')
+@fuzz("key guard: cache_salt")
+def test_fuzz_cache_salt(body: bytes) -> None:
+    """A completion body from the network: salted() gives a JSON object whose cache_salt starts
+    with the tenant's (and keeps every other field), or None (the body goes in as it came);
+    it never raises."""
+    out = guard_module.salted(body, TENANT)
+    if out is None:
+        return
+    document, before = json.loads(out), json.loads(body)
+    assert document["cache_salt"].startswith(f"onecat-tenant-{TENANT}")
+    document.pop("cache_salt")
+    before.pop("cache_salt", None)
+    assert json.dumps(document, sort_keys=True) == json.dumps(before, sort_keys=True)

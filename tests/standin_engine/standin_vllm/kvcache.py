@@ -19,6 +19,11 @@ What vLLM's V1 engine does, and what this keeps of it:
   Prometheus counters `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits`
   (vllm/v1/metrics/loggers.py:543 and 554; prometheus_client exposes counters with `_total`).
 
+- A request's `cache_salt` is one of the first block's extra keys (1Cat-vLLM
+  vllm/v1/core/kv_cache_utils.py `generate_block_hash_extra_keys`: `[request.cache_salt] if
+  start_token_idx == 0 and request.cache_salt`), and every later hash chains over it: two
+  salts share no block, the same salt shares as before.
+
 - Generated tokens fill blocks too, which are cached as they fill: the next turn of a
   conversation (its previous prompt, the answer, the new user message) hits up to the end of
   the previous answer (PrefixRequest.finished caches prompt + answer when the request ends).
@@ -35,12 +40,14 @@ from collections.abc import Sequence
 NONE_HASH = hash(("onecat-standin", "none-hash"))
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
-    """The chained hashes of the full blocks of `token_ids` (a trailing partial block has none)."""
+def block_hashes(token_ids: Sequence[int], block_size: int, salt: str | None = None) -> list[int]:
+    """The chained hashes of the full blocks of `token_ids` (a trailing partial block has none);
+    a salt is the first block's extra key."""
     hashes: list[int] = []
     parent = NONE_HASH
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = hash((parent, tuple(token_ids[start:start + block_size])))
+        extra = (salt,) if start == 0 and salt else None
+        parent = hash((parent, tuple(token_ids[start:start + block_size]), extra))
         hashes.append(parent)
     return hashes
 
@@ -61,7 +68,7 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def lookup(self, token_ids: Sequence[int]) -> int:
+    def lookup(self, token_ids: Sequence[int], salt: str | None = None) -> int:
         """Tokens of this prompt already cached (whole blocks, at most len - 1); counted.
 
         Without prefix caching nothing is looked up and nothing counted, as in vLLM."""
@@ -69,7 +76,7 @@ class PrefixCache:
             return 0
         hit = 0
         limit = (len(token_ids) - 1) // self.block_size
-        for block in block_hashes(token_ids, self.block_size)[:limit]:
+        for block in block_hashes(token_ids, self.block_size, salt)[:limit]:
             if block not in self._blocks:
                 break
             self._blocks.move_to_end(block)
@@ -78,20 +85,20 @@ class PrefixCache:
         self.hits += hit
         return hit
 
-    def insert(self, token_ids: Sequence[int]) -> None:
+    def insert(self, token_ids: Sequence[int], salt: str | None = None) -> None:
         """Cache the prompt's full blocks as most recent; evict the least recent beyond capacity."""
         if not self.enabled or not self.num_blocks:
             return
-        for block in block_hashes(token_ids, self.block_size):
+        for block in block_hashes(token_ids, self.block_size, salt):
             self._blocks[block] = None
             self._blocks.move_to_end(block)
         while len(self._blocks) > self.num_blocks:
             self._blocks.popitem(last=False)
 
-    def admit(self, token_ids: Sequence[int]) -> int:
+    def admit(self, token_ids: Sequence[int], salt: str | None = None) -> int:
         """What the scheduler does when it admits a request: look up, then cache its blocks."""
-        hit = self.lookup(token_ids)
-        self.insert(token_ids)
+        hit = self.lookup(token_ids, salt)
+        self.insert(token_ids, salt)
         return hit
 
     def hit_rate(self) -> float:
@@ -103,12 +110,14 @@ class PrefixRequest:
     the prompt's blocks), `finished(ids)` when its last token is out (cache the blocks of
     prompt + generated tokens)."""
 
-    def __init__(self, cache: PrefixCache, prompt_ids: Sequence[int]) -> None:
+    def __init__(self, cache: PrefixCache, prompt_ids: Sequence[int],
+                 salt: str | None = None) -> None:
         self.cache = cache
         self.prompt_ids = list(prompt_ids)
+        self.salt = salt
 
     def __call__(self) -> int:
-        return self.cache.admit(self.prompt_ids)
+        return self.cache.admit(self.prompt_ids, self.salt)
 
     def finished(self, generated_ids: Sequence[int]) -> None:
-        self.cache.insert([*self.prompt_ids, *generated_ids])
+        self.cache.insert([*self.prompt_ids, *generated_ids], self.salt)

@@ -180,7 +180,9 @@ class App:
     async def _middleware_passes(self, conn: Connection, request: Request) -> dict | None:
         """Run the --middleware chain: the headers that reach the app (a middleware may change
         them, as Starlette passes each one's scope inward), or None when a middleware answered
-        the request itself."""
+        the request itself. The body the app reads is the one the chain's `receive` gives, as
+        Starlette's Request reads it (a middleware may hand a new one inward); it replaces the
+        request's."""
         if not self.config.middleware:
             return request.headers
         passed: dict | None = None
@@ -190,6 +192,15 @@ class App:
             passed = {}
             for name, value in scope.get("headers") or []:
                 passed[name.decode("latin-1").lower()] = value.decode("latin-1")
+            body = b""
+            while True:
+                message = await receive()
+                if message.get("type") != "http.request":
+                    break
+                body += message.get("body", b"")
+                if not message.get("more_body", False):
+                    break
+            request.body = body
 
         chain = routes
         for middleware in self.config.middleware:  # the last added is the outermost
@@ -373,7 +384,7 @@ class App:
         batch = 0 if settings.batch_invariant else engine.running + engine.waiting
         words = list(islice(answers.generate(seed_text, seed, settings.broken, bad, batch, count),
                             count))
-        cached = self._prefix_lookup(prompt, special)
+        cached = self._prefix_lookup(prompt, special, self._cache_salt(body))
         stream = bool(body.get("stream", False))
         include_usage = stream and bool((body.get("stream_options") or {}).get("include_usage"))
         stall_after = None
@@ -395,14 +406,25 @@ class App:
                         scoring.Scorer(cfg.vocab_size, batch, settings.logprob_noise, bad))
         self._send_json(conn, request, 200, response)
 
-    def _prefix_lookup(self, prompt: str | list[int], special: bool) -> PrefixRequest | None:
+    @staticmethod
+    def _cache_salt(body: dict) -> str | None:
+        """The request's cache_salt; 400 for one that is not a non-empty string, as the fork's
+        `check_cache_salt_support` validator (1Cat-vLLM vllm/entrypoints/openai/completion/
+        protocol.py: "Parameter 'cache_salt' must be a non-empty string if provided.")."""
+        salt = body.get("cache_salt")
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            raise ApiError(400, "Parameter 'cache_salt' must be a non-empty string if provided.")
+        return salt
+
+    def _prefix_lookup(self, prompt: str | list[int], special: bool,
+                       salt: str | None = None) -> PrefixRequest | None:
         """What the engine asks once it admits the request: the prompt tokens already cached."""
         cache = self.config.prefix_cache
         if cache is None:
             return None
         ids = (prompt if isinstance(prompt, list)
                else tokenizer.tokenize_text(prompt, self.config.vocab_size, special))
-        return PrefixRequest(cache, ids)
+        return PrefixRequest(cache, ids, salt)
 
     def _prefix_store(self, cached: PrefixRequest | None, words: list[str]) -> None:
         """The answer's blocks join the prefix cache (the next turn resends the answer)."""
