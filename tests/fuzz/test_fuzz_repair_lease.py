@@ -3,7 +3,8 @@ and tokens from the network, and its own state file after a crash or an edit.
 
 The contracts under test:
 - requests: Service.handle answers every request with a known status and a JSON object (never
-  an exception); 200 on /v1/lease only for the body's own node with its own token; the book
+  an exception); 200 on /v1/lease only for the body's own node with its own token (made from
+  the secret or, after a rotation, the retiring one; never another secret's); the book
   never holds more than max_parallel leases, every holder a valid name with a printable reason
   of at most 200 characters; the book saved after each change loads back the same;
 - state file: lease.loads gives a book of valid leases (unique names, finite times, expiries
@@ -27,12 +28,15 @@ from hypothesis import strategies as st
 from onecat.repair import lease, lease_server
 
 SECRET = b"fuzz-secret-0123456789abcdefghijklmnopqrstuv"
+# After a rotation (issue 49): the replaced secret's tokens open too; a third one's never.
+RETIRING = b"fuzz-retiring-0123456789abcdefghijklmnopqrs"
+STRANGER = b"fuzz-stranger-0123456789abcdefghijklmnopqrs"
 NODES = ["n1", "n2", "gpu-node-03", "a" * 253]
 NOW = 1_800_000_000.0
 
 
-def token(node: str) -> str:
-    return hmac.new(SECRET, node.encode(), hashlib.sha256).hexdigest()
+def token(node: str, secret: bytes = SECRET) -> str:
+    return hmac.new(secret, node.encode(), hashlib.sha256).hexdigest()
 
 
 HOSTILE = st.sampled_from([
@@ -50,7 +54,9 @@ BODY = (mutated(GOOD, max_edits=3)
 RAW = (BODY.map(lambda body: dumps(body).encode("utf-8", "surrogatepass"))
        | st.binary(max_size=64) | st.sampled_from([b"", b"[" * 5000, b"x" * 5000, b"{"])
        | st.none())
-AUTH = (st.sampled_from([*NODES, "@admin", "n9"]).map(lambda node: f"Bearer {token(node)}")
+AUTH = (st.tuples(st.sampled_from([*NODES, "@admin", "n9"]),
+                  st.sampled_from([SECRET, RETIRING, STRANGER]))
+        .map(lambda pair: f"Bearer {token(*pair)}")
         | st.sampled_from([None, "", "Bearer", "Bearer " + "0" * 64, "Basic x", "bearer  x"])
         | st.text(max_size=80))
 ANY_REQUEST = st.tuples(
@@ -68,7 +74,8 @@ def REQUEST(draw: st.DrawFn) -> tuple:
     if kind == "any":
         return draw(ANY_REQUEST)
     node = draw(st.sampled_from(NODES))
-    auth = f"Bearer {token(draw(st.sampled_from([node, node, node, '@admin', 'n9'])))}"
+    secret = draw(st.sampled_from([SECRET, SECRET, RETIRING, STRANGER]))
+    auth = f"Bearer {token(draw(st.sampled_from([node, node, node, '@admin', 'n9'])), secret)}"
     if kind == "list":
         return "GET", "/v1/leases", auth, None, draw(st.sampled_from([node, None, "x y"]))
     if kind == "release":
@@ -113,7 +120,7 @@ def test_fuzz_lease_requests(state_dir: Path, requests: list, ticks: list[float]
     clock = [NOW]
     lines: list[str] = []
     service = lease_server.Service(str(state), SECRET, 2, min_ttl_s=60,
-                                   clock=lambda: clock[0], log=lines.append)
+                                   clock=lambda: clock[0], log=lines.append, retiring=RETIRING)
     for (method, path, auth, body, node_header), tick in zip(requests, ticks, strict=False):
         clock[0] += tick
         status, answer = service.handle(method, path, auth, body, node_header)
@@ -121,7 +128,8 @@ def test_fuzz_lease_requests(state_dir: Path, requests: list, ticks: list[float]
         json.dumps(answer, allow_nan=False)  # the answer is plain JSON
         if status in (200, 409) and path.split("?")[0] == "/v1/lease":
             sent = json.loads(body)
-            assert auth == f"Bearer {token(sent['node'])}"
+            assert auth in (f"Bearer {token(sent['node'])}",
+                            f"Bearer {token(sent['node'], RETIRING)}")
             holders = answer["holders"]
             assert answer["granted"] == (status == 200)
             assert (sent["node"] in [h["node"] for h in holders]) == answer["granted"]
