@@ -65,8 +65,8 @@ def hits(engine: Engine) -> int:
 def test_each_client_keys_prefix_cache_is_its_own(tmp_path: Path) -> None:
     engine = Engine(tmp_path, "node-a", env=GUARD,
                     args=["--middleware", "onecat_guard.Guard", "--enable-prefix-caching"])
-    engine.start()
     try:
+        engine.start()
         key_map = tmp_path / "keys.map"
         key_map.write_text(keys.render_key_map(keys.parse_keys(f"alice {ALICE}\nbob {BOB}\n")))
         variables = gateway_vars(tmp_path, [engine], gateway_engine_api_key=ENGINE_KEY,

@@ -22,8 +22,10 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_the_read_socket_shows_the_rotation_and_changes_nothing(tmp_path: Path) -> None:
-    engines = [Engine(tmp_path, name).start() for name in ("node-a", "node-b")]
+    engines = [Engine(tmp_path, name) for name in ("node-a", "node-b")]
     try:
+        for engine in engines:
+            engine.start()
         variables = gateway_vars(tmp_path, engines)
         with haproxy(tmp_path, variables) as gw:
             read = variables["gateway_read_socket"]

@@ -60,12 +60,12 @@ def test_an_unheard_agent_takes_the_node_out_on_the_health_check_until_it_answer
                args=["--middleware", "onecat_guard.Guard"]),
         Engine(tmp_path, "node-b", env={**GUARD, "ONECAT_GUARD_HOLD_FILE": str(tmp_path / "b")},
                args=["--middleware", "onecat_guard.Guard"])]
-    for engine in engines:
-        # /health open for the harness's keyless readiness poll: the hold answers the
-        # gateway's check whether the path needs the key or not (tests/unit/test_guard_hold.py).
-        engine.start(env={"ONECAT_GUARD_OPEN_PATHS": "/health"})
     agent = Agent(tmp_path / "agent-state")
     try:
+        for engine in engines:
+            # /health open for the harness's keyless readiness poll: the hold answers the
+            # gateway's check whether the path needs the key or not (test_guard_hold.py).
+            engine.start(env={"ONECAT_GUARD_OPEN_PATHS": "/health"})
         variables = gateway_vars(tmp_path, engines, gateway_engine_api_key=KEY)
         with haproxy(tmp_path, variables) as gw:
             runtime = Runtime(gw.socket)
