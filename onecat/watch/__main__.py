@@ -18,8 +18,9 @@ from pathlib import Path
 from onecat.answers.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
 from onecat.answers.prompts import read as read_prompts
 from onecat.files import write_atomic
+from onecat.health.judge import ERROR
 from onecat.health.nvml import LIB_RM_VERSION_MISMATCH, NvmlUnavailable
-from onecat.repair import gpu_lock, lease_client
+from onecat.repair import floor, gpu_lock, lease_client
 from onecat.serve.gate import key_from_env_file
 
 from . import act, agent_check
@@ -113,15 +114,21 @@ def _floor(args: argparse.Namespace) -> Callable[[str], tuple[bool, str]] | None
     return ask
 
 
-def _agent_heard(args: argparse.Namespace) -> list[str]:
+def _agent_heard(args: argparse.Namespace, findings: list | None = None) -> list[str]:
     """Ask the node's gateway agent as HAProxy does; fail closed when it cannot be heard
-    (agent_check.py). Nothing without --act, --agent-node-file and --guard-hold-file, or
-    when node.json names no agent."""
+    (agent_check.py), within the fleet's floor unless this look's faults make the node's
+    answers wrong. Nothing without --act, --agent-node-file and --guard-hold-file, or when
+    node.json names no agent."""
     if not (args.act and args.agent_node_file and args.guard_hold_file):
         return []
     where = agent_check.target(args.agent_node_file)
     if where is None:
         return []
+    urgent = findings is not None and floor.wrong_answers(
+        f.code for f in findings if f.severity == ERROR)
+    ask = None if urgent else _floor(args)
+    may_hold = None if ask is None else (
+        lambda why: ask(f"the gateway cannot hear its agent: {why}"))
     def restart() -> bool:  # waited for: the agent is asked again right after
         try:
             return subprocess.run(["systemctl", "restart", args.agent_socket_unit],
@@ -129,7 +136,12 @@ def _agent_heard(args: argparse.Namespace) -> list[str]:
         except (OSError, subprocess.TimeoutExpired):
             return False
     return agent_check.keep_heard(lambda: agent_check.answers(*where), restart,
-                                  args.guard_hold_file)
+                                  args.guard_hold_file, may_hold)
+
+
+def _say_agent_heard(args: argparse.Namespace, findings: list | None = None) -> None:
+    for line in _agent_heard(args, findings):
+        print(f"{platform.node()}: watch: {line}")
 
 
 def _release(args: argparse.Namespace) -> int:
@@ -232,6 +244,7 @@ def _blind(args: argparse.Namespace, why: str, reboot_pending: str = "") -> int:
             print(f"{platform.node()}: watch: {line}")
     except OSError as error:
         print(f"onecat watch: cannot record that it cannot look: {error}", file=sys.stderr)
+    _say_agent_heard(args)
     return EXIT_CANNOT_READ
 
 
@@ -370,13 +383,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.probe_prompts and not args.probe_prompts.is_file():
         parser.error(f"--probe-prompts {args.probe_prompts}: no such file; give a file of "
                      "fixed prompts, one per line")
-    for line in _agent_heard(args):
-        print(f"{platform.node()}: watch: {line}")
     if gpu_lock.busy(args.repair_dir):
         # The repair runner resets the GPUs (the node is out, in its hands): an NVML read now
         # would be one more client on the devices, and no verdict. The next look judges.
         print(f"{platform.node()}: the repair runner is resetting the GPUs: this look is "
               "skipped")
+        _say_agent_heard(args)
         return EXIT_HEALTHY
     try:
         import pynvml
@@ -402,6 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The journal keeps every transition with its evidence (the findings above).
     for line in transitions:
         print(f"{platform.node()}: watch: {line}")
+    _say_agent_heard(args, findings)
     return EXIT_HEALTHY if not findings else EXIT_FINDINGS
 
 

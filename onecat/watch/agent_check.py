@@ -70,10 +70,17 @@ def answers(address: str, port: int, timeout_s: float = 3.0) -> tuple[bool, str]
 
 
 def keep_heard(check: Callable[[], tuple[bool, str]], restart: Callable[[], bool],
-               hold_file: Path) -> list[str]:
+               hold_file: Path,
+               may_hold: Callable[[str], tuple[bool, str]] | None = None) -> list[str]:
     """Ask the agent; restart its socket once when it does not answer; hold the node out
     through the health check when it still does not, lift that hold once it answers. The
-    journal lines of what changed (none when the agent answers and nothing was held)."""
+    journal lines of what changed (none when the agent answers and nothing was held).
+
+    `may_hold(why)` is the fleet's floor (floor.py): an agent nobody hears does not make
+    answers wrong, so when every node's agent goes silent at once (a bad unit, a firewall rule
+    pushed everywhere) the floor keeps its nodes serving, and says so, instead of emptying the
+    gateway. None: no floor to ask (none configured, or the node's own faults make its answers
+    wrong: 503 beats garbage)."""
     heard, said = check()
     if heard:
         return [_lift(hold_file)] if hold_file.exists() else []
@@ -84,6 +91,11 @@ def keep_heard(check: Callable[[], tuple[bool, str]], restart: Callable[[], bool
         return lines + ([_lift(hold_file)] if hold_file.exists() else [])
     why = said_again if restarted else f"{said_again} (its socket could not be restarted)"
     held = hold_file.exists()
+    if not held and may_hold is not None:
+        granted, floor_why = may_hold(why)
+        if not granted:
+            return [f"{why}: kept in by the fleet's floor ({floor_why}): its drains cannot "
+                    "reach the gateway until the agent answers"]
     try:
         _write(hold_file, f"{why}: its drains cannot reach the gateway\n")
     except OSError as error:

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "standin_engine"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import nvml_double_harness as double
 from gateway_harness import Agent, Engine, free_port, gateway_vars, haproxy, wait_until
+from lease_harness import LeaseServer, token
 
 from onecat.gateway.runtime import Runtime, rotation
 
@@ -35,9 +36,16 @@ GUARD = {"PYTHONPATH": f"{REPO / 'roles' / 'vllm_serve' / 'files'}:"
          "VLLM_API_KEY": KEY, "ONECAT_METRICS_KEY": "m" * 32}
 
 
-def _look(libdir: Path, folder: Path, node_file: Path, hold: Path) -> str:
-    """One look of the node's watch, as its timer runs it, with the agent check."""
+def _look(libdir: Path, folder: Path, node_file: Path, hold: Path,
+          floor_url: str = "") -> str:
+    """One look of the node's watch, as its timer runs it, with the agent check (and the
+    fleet's floor at `floor_url`, asked as node-a)."""
     (folder / "textfile").mkdir(parents=True, exist_ok=True)
+    floor = []
+    if floor_url:
+        (folder / "lease.token").write_text(token("node-a") + "\n")
+        floor = ["--floor-url", floor_url, "--floor-token-file", str(folder / "lease.token"),
+                 "--node", "node-a"]
     done = subprocess.run(
         [sys.executable, "-m", "onecat.watch", "--once", "--state-dir", str(folder / "state"),
          "--verdict-file", str(folder / "verdict.json"),
@@ -45,7 +53,7 @@ def _look(libdir: Path, folder: Path, node_file: Path, hold: Path) -> str:
          "--kernel-log", str(double.kernel_log("healthy_pcie_pair")), "--act",
          "--agent-file", str(folder / "watch-state"), "--interval", "60s",
          "--agent-node-file", str(node_file), "--guard-hold-file", str(hold),
-         "--agent-socket-unit", "onecat-test-absent.socket"],
+         "--agent-socket-unit", "onecat-test-absent.socket", *floor],
         env=double.double_env(libdir, "healthy_pcie_pair"), capture_output=True, text=True,
         check=False, cwd=REPO, timeout=120)
     return done.stdout + done.stderr
@@ -97,5 +105,44 @@ def test_an_unheard_agent_takes_the_node_out_on_the_health_check_until_it_answer
                 states()
     finally:
         agent.close()
+        for engine in engines:
+            engine.stop()
+
+
+def test_the_fleets_floor_keeps_an_unheard_node_serving(libdir: Path, tmp_path: Path) -> None:
+    """Every node's agent silent at once must not empty the gateway: an agent nobody hears does
+    not make answers wrong, so the watch asks the fleet's floor (the real lease server reading
+    HAProxy's read-only socket, a floor of two) before it holds the node out; refused, node-a
+    keeps serving and the journal says why."""
+    hold = tmp_path / "guard-a" / "hold"
+    hold.parent.mkdir()
+    engines = [Engine(tmp_path, name, env={**GUARD, "ONECAT_GUARD_HOLD_FILE": str(hold)},
+                      args=["--middleware", "onecat_guard.Guard"])
+               for name in ("node-a", "node-b")]
+    try:
+        for engine in engines:
+            engine.start(env={"ONECAT_GUARD_OPEN_PATHS": "/health"})
+        variables = gateway_vars(tmp_path, engines, gateway_engine_api_key=KEY)
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: all(
+                s.startswith("UP") for s in rotation(runtime.stat(), "onecat_nodes").values()))
+            (tmp_path / "lease").mkdir()
+            server = LeaseServer(tmp_path / "lease", extra=(
+                "--min-in-rotation", "2", "--admin-socket",
+                gw.vars["gateway_read_socket"])).start()
+            try:
+                node_file = tmp_path / "node-a.json"
+                node_file.write_text(json.dumps({"address": "127.0.0.1",
+                                                 "agent_port": free_port()}))
+                said = _look(libdir, tmp_path / "watch-a", node_file, hold, server.url)
+                assert "kept in by the fleet's floor" in said, said[-3000:]
+                assert not hold.exists()
+                assert "refused out node=node-a reason='the gateway cannot hear its agent" in \
+                    server.events()
+            finally:
+                server.kill()
+            assert rotation(runtime.stat(), "onecat_nodes")["node-a"].startswith("UP")
+    finally:
         for engine in engines:
             engine.stop()

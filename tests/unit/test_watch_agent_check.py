@@ -113,3 +113,26 @@ def test_the_watchs_hold_file_is_in_the_folder_the_engine_mounts() -> None:
     guard_dirs = [task["ansible.builtin.set_fact"]["__vllm_serve_guard_dir"] for task in tasks
                   if "__vllm_serve_guard_dir" in (task.get("ansible.builtin.set_fact") or {})]
     assert guard_dirs and watch["watch_guard_hold_file"] == f"{guard_dirs[0]}/hold"
+
+
+def test_the_fleets_floor_keeps_an_unheard_node_serving_and_says_so(tmp_path: Path) -> None:
+    # Every node's agent silent at once (a bad unit, a firewall rule pushed everywhere): the
+    # last nodes in rotation stay in rather than empty the gateway.
+    hold = tmp_path / "hold"
+    asked: list[str] = []
+
+    def floor(why: str) -> tuple[bool, str]:
+        asked.append(why)
+        return False, "the fleet's floor keeps n1 in: 0 other node(s) in rotation"
+
+    lines = agent_check.keep_heard(lambda: (False, "silent"), lambda: True, hold, floor)
+    assert asked == ["silent"] and not hold.exists()
+    assert lines == ["silent: kept in by the fleet's floor (the fleet's floor keeps n1 in: 0 "
+                     "other node(s) in rotation): its drains cannot reach the gateway until "
+                     "the agent answers"]
+    # Granted: the hold is written; a hold already there is not asked about again.
+    assert "fails closed" in agent_check.keep_heard(lambda: (False, "silent"), lambda: True,
+                                                    hold, lambda why: (True, "2 stay"))[0]
+    assert agent_check.keep_heard(lambda: (False, "silent"), lambda: True, hold,
+                                  floor)[0].startswith("still failing closed")
+    assert asked == ["silent"]
