@@ -147,7 +147,6 @@ class Service:
         self.min_in_rotation = min_in_rotation
         self.rotation = rotation
         self.going_out = lease.Book()
-        self.secret = secret
         self.max_parallel = max_parallel
         self.min_ttl_s = min_ttl_s
         self.clock = clock
@@ -157,7 +156,6 @@ class Service:
         # The secret a rotation replaced: its tokens still open until the next run retires it,
         # so a node keeps its leases until it has the new token (roles/gateway, rotate).
         self.secrets = [secret] + ([retiring] if retiring and retiring != secret else [])
-        self.admin_token = token_for(secret, ADMIN)
         self.book = self._load()
 
     def _load(self) -> lease.Book:

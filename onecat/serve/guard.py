@@ -220,7 +220,6 @@ class Guard:
             "type": "AuthenticationError", "param": None, "code": status}},
             [(b"www-authenticate", b"Bearer")])
 
-
     async def _salted(self, scope, receive, send, named: str) -> None:
         """Read the body, put the tenant's cache_salt in, hand the app the new body."""
         chunks: list[bytes] = []

@@ -20,10 +20,11 @@ again (onecat/serve/guard.py). Requests in flight finish; the serve gate's and t
 from __future__ import annotations
 
 import json
-import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
+
+from onecat.files import write_atomic
 
 # The most of an answer read: an agent line is a few words ("maint down #reason ...").
 MAX_ANSWER = 1024
@@ -91,13 +92,17 @@ def keep_heard(check: Callable[[], tuple[bool, str]], restart: Callable[[], bool
         return lines + ([_lift(hold_file)] if hold_file.exists() else [])
     why = said_again if restarted else f"{said_again} (its socket could not be restarted)"
     held = hold_file.exists()
+    if not hold_file.parent.is_dir():
+        return [f"{why}, and the node cannot fail closed: there is no key guard folder "
+                f"{hold_file.parent} for the hold file (an engine without a key?): its drains "
+                "go unheard until the agent answers"]
     if not held and may_hold is not None:
         granted, floor_why = may_hold(why)
         if not granted:
             return [f"{why}: kept in by the fleet's floor ({floor_why}): its drains cannot "
                     "reach the gateway until the agent answers"]
-    try:
-        _write(hold_file, f"{why}: its drains cannot reach the gateway\n")
+    try:  # 0644: the engine's container reads it; it holds no secret
+        write_atomic(hold_file, f"{why}: its drains cannot reach the gateway\n", 0o644)
     except OSError as error:
         return [f"{why}, and the node cannot fail closed: the hold file {hold_file} cannot be "
                 f"written ({error.strerror or type(error).__name__}; no key guard on this "
@@ -113,11 +118,3 @@ def _lift(hold_file: Path) -> str:
     hold_file.unlink(missing_ok=True)
     return "the gateway agent answers again: the health check's hold is lifted"
 
-
-def _write(path: Path, text: str) -> None:
-    """Write atomically, readable by the engine's container (0644: it holds no secret)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)

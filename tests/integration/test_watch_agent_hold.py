@@ -59,21 +59,30 @@ def _look(libdir: Path, folder: Path, node_file: Path, hold: Path,
     return done.stdout + done.stderr
 
 
+def _guarded(tmp_path: Path, hold: Path) -> list[Engine]:
+    """node-a and node-b, stand-in engines that load the serve role's key guard; node-a's
+    guard reads `hold`."""
+    return [Engine(tmp_path, name, env={**GUARD, "ONECAT_GUARD_HOLD_FILE": str(
+                hold if name == "node-a" else tmp_path / f"hold-{name}")},
+                   args=["--middleware", "onecat_guard.Guard"])
+            for name in ("node-a", "node-b")]
+
+
+def _start(engines: list[Engine]) -> None:
+    for engine in engines:
+        # /health open for the harness's keyless readiness poll: the hold answers the
+        # gateway's check whether the path needs the key or not (test_guard_hold.py).
+        engine.start(env={"ONECAT_GUARD_OPEN_PATHS": "/health"})
+
+
 def test_an_unheard_agent_takes_the_node_out_on_the_health_check_until_it_answers(
         libdir: Path, tmp_path: Path) -> None:
     hold = tmp_path / "guard-a" / "hold"
     hold.parent.mkdir()
-    engines = [
-        Engine(tmp_path, "node-a", env={**GUARD, "ONECAT_GUARD_HOLD_FILE": str(hold)},
-               args=["--middleware", "onecat_guard.Guard"]),
-        Engine(tmp_path, "node-b", env={**GUARD, "ONECAT_GUARD_HOLD_FILE": str(tmp_path / "b")},
-               args=["--middleware", "onecat_guard.Guard"])]
+    engines = _guarded(tmp_path, hold)
     agent = Agent(tmp_path / "agent-state")
     try:
-        for engine in engines:
-            # /health open for the harness's keyless readiness poll: the hold answers the
-            # gateway's check whether the path needs the key or not (test_guard_hold.py).
-            engine.start(env={"ONECAT_GUARD_OPEN_PATHS": "/health"})
+        _start(engines)
         variables = gateway_vars(tmp_path, engines, gateway_engine_api_key=KEY)
         with haproxy(tmp_path, variables) as gw:
             runtime = Runtime(gw.socket)
@@ -116,12 +125,9 @@ def test_the_fleets_floor_keeps_an_unheard_node_serving(libdir: Path, tmp_path: 
     keeps serving and the journal says why."""
     hold = tmp_path / "guard-a" / "hold"
     hold.parent.mkdir()
-    engines = [Engine(tmp_path, name, env={**GUARD, "ONECAT_GUARD_HOLD_FILE": str(hold)},
-                      args=["--middleware", "onecat_guard.Guard"])
-               for name in ("node-a", "node-b")]
+    engines = _guarded(tmp_path, hold)
     try:
-        for engine in engines:
-            engine.start(env={"ONECAT_GUARD_OPEN_PATHS": "/health"})
+        _start(engines)
         variables = gateway_vars(tmp_path, engines, gateway_engine_api_key=KEY)
         with haproxy(tmp_path, variables) as gw:
             runtime = Runtime(gw.socket)
