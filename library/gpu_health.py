@@ -110,6 +110,14 @@ options:
       - File holding the kernel log of the current boot to scan for Xid events.
       - Without it the module reads C(journalctl -k -b 0), then C(/dev/kmsg), then C(dmesg).
     type: path
+  metrics_file:
+    description:
+      - Write the check's readings and verdict here for node_exporter's textfile collector
+        (C(onecat_health_*) metrics, onecat/health/metrics.py), so a node the stage holds
+        out, which gets no watch, still shows its fault on the dashboard and in the alerts.
+      - Written only when its folder exists, and never in check mode; empty writes nothing.
+    type: path
+    default: ""
   fail_on:
     description: Fail the task when the verdict is this bad or worse.
     type: str
@@ -200,9 +208,12 @@ ansible_facts:
 """
 
 import platform
+import time
 import traceback
+from pathlib import Path
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.onecat.files import write_atomic
 from ansible.module_utils.onecat.health.judge import (
     SLOWDOWN_TEMPERATURE_C,
     XID_ERROR_CODES,
@@ -211,6 +222,7 @@ from ansible.module_utils.onecat.health.judge import (
     judge,
     summary,
 )
+from ansible.module_utils.onecat.health.metrics import render as render_metrics
 from ansible.module_utils.onecat.health.nvml import (
     NvmlUnavailable,
     gather,
@@ -246,6 +258,7 @@ ARGUMENT_SPEC = {
     "check_xid": {"type": "bool", "default": True},
     "xid_error_codes": {"type": "list", "elements": "int", "default": list(XID_ERROR_CODES)},
     "kernel_log_path": {"type": "path"},
+    "metrics_file": {"type": "path", "default": ""},
     "fail_on": {"type": "str", "choices": ["error", "warning", "never"], "default": "error"},
 }
 
@@ -280,6 +293,7 @@ def main():
     facts = {**readings, **judge(readings, thresholds)}
     facts["summary"] = summary(facts)
     result = {"changed": False, "ansible_facts": {"gpu_health": facts}}
+    _write_metrics(module, facts)
     if fails(facts["verdict"], module.params["fail_on"]):
         listed = [p for p in facts["problems"]
                   if p["severity"] == "error" or module.params["fail_on"] == "warning"]
@@ -289,6 +303,18 @@ def main():
             **result,
         )
     module.exit_json(msg=f"GPU health of {host} is {facts['summary']}", **result)
+
+
+def _write_metrics(module: AnsibleModule, facts: dict) -> None:
+    """The check for node_exporter, where its folder is (a reading, not a configuration: it
+    changes nothing a later run compares, so it is not reported as a change)."""
+    path = module.params["metrics_file"]
+    if not path or module.check_mode or not Path(path).parent.is_dir():
+        return
+    try:
+        write_atomic(Path(path), render_metrics(facts, time.time()))
+    except OSError as error:
+        module.warn(f"gpu_health could not write {path}: {error}")
 
 
 if __name__ == "__main__":

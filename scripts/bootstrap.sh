@@ -58,6 +58,19 @@ if [ ! -f "${stamp}" ] || [ pyproject.toml -nt "${stamp}" ] || [ constraints.txt
   touch "${stamp}"
 fi
 
+# Prometheus and Alertmanager as Debian 12 ships them (the monitoring stage installs these same
+# packages on the monitoring hosts): promtool and amtool check and unit-test the rendered rules
+# and configurations, and the integration tests run the real servers on loopback. Unpacked into
+# .cache/prometheus, not installed: installing would start both daemons on this machine.
+prom_root=".cache/prometheus/root"
+if [ ! -x "${prom_root}/usr/bin/promtool" ] || [ ! -x "${prom_root}/usr/bin/amtool" ]; then
+  log "unpacking Debian's prometheus and prometheus-alertmanager into ${prom_root}"
+  mkdir -p .cache/prometheus/debs
+  (cd .cache/prometheus/debs && apt-get download -q prometheus prometheus-alertmanager 2>/dev/null) \
+    || { apt-get update -qq && (cd .cache/prometheus/debs && apt-get download -q prometheus prometheus-alertmanager); }
+  for deb in .cache/prometheus/debs/*.deb; do dpkg-deb -x "${deb}" "${prom_root}"; done
+fi
+
 # The node image, and the stand-in for the engine's CUDA base (every scenario's prepare asks for
 # it; scenarios that start side by side would otherwise each debootstrap it). Each is a
 # debootstrap that waits on the mirror about as much as it computes: both at once.

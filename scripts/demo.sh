@@ -76,6 +76,25 @@ rm -f "${key_file}"
 say "onecat status -i inventory/simulated.yml (what each node's watch says now)"
 onecat status -i inventory/simulated.yml || true
 
+# The monitoring stage's Prometheus and Alertmanager on the gateway host (roles/monitoring;
+# the simulated fleet has them listen on every address of the container).
+prometheus="http://${address}:9090"
+say "what Prometheus on ${gateway_host} has firing (${prometheus}/alerts; Alertmanager on :9093)"
+python3 - "${prometheus}" <<'PY' || echo "Prometheus did not answer at ${prometheus}"
+import json
+import sys
+import urllib.request
+
+with urllib.request.urlopen(f"{sys.argv[1]}/api/v1/alerts", timeout=10) as answer:
+    alerts = [a for a in json.load(answer)["data"]["alerts"] if a["state"] == "firing"]
+for alert in sorted(alerts, key=lambda a: (a["labels"].get("severity", ""), a["labels"]["alertname"])):
+    labels = alert["labels"]
+    where = " ".join(f"{k}={labels[k]}" for k in ("node", "gateway", "gpu", "model_name") if k in labels)
+    summary = alert["annotations"].get("summary", "")
+    print(f"  {labels.get('severity', ''):8} {labels['alertname']} {where}: {summary}")
+print(f"{len(alerts)} firing; the demo sets no receiver, so none reached a person (docs/monitoring.md)")
+PY
+
 say "the fleet report"
 onecat report "${run_dir}" --no-plots
 python3 scripts/demo_summary.py "${run_dir}" "${gateway}" "$(( $(date +%s) - started ))"

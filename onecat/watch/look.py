@@ -440,8 +440,26 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
             probe_ok=all(r.ok for r in results) if results else None,
             probe_seconds=sum(r.seconds for r in results) if results else None, mode=mode,
             last_success=now, throttle_looks=history.get("looks"),
-            repairs=_repair_counts(acting), floor_held=mode == act.IN and bool(reason)))
+            repairs=_repair_counts(acting), floor_held=mode == act.IN and bool(reason),
+            service_cards=_service_cards(acting, mode), deploy_drain=_deploy_drain(acting)))
     return result, findings, transitions
+
+
+def _service_cards(acting: Acting | None, mode: str) -> list[dict[str, Any]] | None:
+    """The cards the ladder's service report names while the node waits for service."""
+    if acting is None or acting.ladder is None or mode != act.SERVICE:
+        return None
+    report = read_json(acting.ladder.state_dir / repair_files.REPORT_FILE)
+    cards = report.get("cards") if isinstance(report, dict) else None
+    return [card for card in cards if isinstance(card, dict)] if isinstance(cards, list) else None
+
+
+def _deploy_drain(acting: Acting | None) -> bool | None:
+    """Whether the deploy drains the node now: the gateway agent's deploy-drain, beside the
+    watch's answer file (roles/gateway/tasks/drain.yml); None without an agent."""
+    if acting is None or acting.agent_file is None:
+        return None
+    return (acting.agent_file.parent / "deploy-drain").exists()
 
 
 def _repair_counts(acting: Acting | None) -> dict[str, int] | None:
@@ -510,5 +528,7 @@ def cannot_look(why: str, state_dir: Path, verdict_file: Path, metrics_file: Pat
     if metrics_file is not None and metrics_file.parent.is_dir():
         write_atomic(metrics_file, render({}, verdict(findings), findings, mode=mode, up=False,
                                           last_success=last,
-                                          floor_held=mode == act.IN and bool(reason)))
+                                          floor_held=mode == act.IN and bool(reason),
+                                          service_cards=_service_cards(acting, mode),
+                                          deploy_drain=_deploy_drain(acting)))
     return transitions

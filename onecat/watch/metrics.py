@@ -15,6 +15,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from onecat.health.judge import ERROR, WARNING
+from onecat.health.series import gpu_labels
+from onecat.health.series import labels as _labels
+from onecat.health.series import metric_header as _metric
 
 from .act import MODES
 from .deltas import RANK, Finding, gpu_key, is_lost
@@ -35,23 +38,6 @@ ECC_METRICS = (
 )
 
 
-def _labels(**labels: str) -> str:
-    parts = []
-    for name, value in labels.items():
-        escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-        parts.append(f'{name}="{escaped}"')
-    return "{" + ",".join(parts) + "}"
-
-
-def gpu_labels(gpu: dict[str, Any]) -> dict[str, str]:
-    """dcgm-exporter's GPU labels: gpu (index), UUID, pci_bus_id, modelName."""
-    return {"gpu": str(gpu.get("index", "")), "UUID": str(gpu.get("uuid") or ""),
-            "pci_bus_id": str(gpu.get("pci_bus_id") or ""),
-            "modelName": str(gpu.get("name") or "")}
-
-
-def _metric(lines: list[str], name: str, kind: str, text: str) -> None:
-    lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
 
 
 def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
@@ -59,9 +45,16 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
            mode: str | None = None, up: bool = True,
            last_success: float | None = None,
            throttle_looks: dict[str, Any] | None = None,
-           repairs: dict[str, int] | None = None, floor_held: bool = False) -> str:
+           repairs: dict[str, int] | None = None, floor_held: bool = False,
+           service_cards: list[dict[str, Any]] | None = None,
+           deploy_drain: bool | None = None) -> str:
     """The metrics file's text for one look at the node; `up` is False for a look that could
-    not complete (then `readings` is empty and only the watch's own state is written)."""
+    not complete (then `readings` is empty and only the watch's own state is written).
+
+    `service_cards`: the cards the repair ladder's service report names while the node waits
+    for service (onecat_gpu_service_required, with the serial a replacement ticket needs);
+    `deploy_drain`: whether the deploy drains the node on purpose right now (the gateway
+    agent's deploy-drain), so an alert on a node out of rotation can stay silent for it."""
     lines = [
         "# HELP onecat_watch_up Whether the watch's last look completed (1) or could not "
         "read the node (0).",
@@ -144,6 +137,11 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
                 "Whether the fleet's floor keeps the node in although its watch would drain it "
                 "(1): alert on it, the node serves with a fault.")
         lines.append(f"onecat_node_floor_held {int(floor_held)}")
+    _service_required(lines, readable, service_cards)
+    if deploy_drain is not None:
+        _metric(lines, "onecat_node_deploy_drain", "gauge",
+                "Whether a deploy drains the node on purpose now (1): out of rotation, planned.")
+        lines.append(f"onecat_node_deploy_drain {int(deploy_drain)}")
     if repairs is not None:
         # Counters: they only grow (history.json keeps them across reboots).
         _metric(lines, "onecat_repairs_total", "counter",
@@ -151,3 +149,24 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
         lines += [f"onecat_repairs_total{_labels(outcome=outcome)} {count}"
                   for outcome, count in sorted(repairs.items())]
     return "\n".join(lines) + "\n"
+
+
+def _service_required(lines: list[str], readable: list[dict[str, Any]],
+                      cards: list[dict[str, Any]] | None) -> None:
+    """onecat_gpu_service_required: 1 for each card the service report names, 0 for every
+    other readable card (written on every look, so the series never vanishes); a named card
+    NVML cannot read now (lost) is written from the report's own record of it."""
+    named = [card for card in cards or [] if isinstance(card, dict)]
+    buses = {str(card.get("pci_bus_id") or "") for card in named}
+    _metric(lines, "onecat_gpu_service_required", "gauge",
+            "Whether the repair ladder asks for the card to be serviced (1), with its serial.")
+    seen = set()
+    for gpu in readable:
+        bus = str(gpu.get("pci_bus_id") or "")
+        seen.add(bus)
+        labels = _labels(**gpu_labels(gpu), serial=str(gpu.get("serial") or ""))
+        lines.append(f"onecat_gpu_service_required{labels} {int(bool(bus) and bus in buses)}")
+    for card in named:
+        if str(card.get("pci_bus_id") or "") not in seen:
+            labels = _labels(**gpu_labels(card), serial=str(card.get("serial") or ""))
+            lines.append(f"onecat_gpu_service_required{labels} 1")

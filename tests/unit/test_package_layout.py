@@ -45,8 +45,11 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.extend((0, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is None:
+            # `from .. import validate`: each name is a module of that package.
+            found.extend((node.level, alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            found.append((node.level, node.module or ""))
+            found.append((node.level, node.module))
     return found
 
 

@@ -317,6 +317,34 @@ def test_metrics_text_is_shaped_like_dcgm_exporter() -> None:
     assert all(name.endswith("_total") for name, kind in declared.items() if kind == "counter")
 
 
+def test_metrics_name_the_serviced_card_by_serial_and_a_planned_drain() -> None:
+    """The service report's card is 1 with its serial (the ticket's id), the other card 0;
+    a card the report names that NVML cannot read now (lost) is still written, from the
+    report; the deploy's own drain is its own series (issue 52: alerts stay silent for it)."""
+    now = _readings()
+    now["gpus"][0]["serial"] = "0324917012345"
+    lost = {"index": 7, "serial": "0324917099999", "uuid": "GPU-7",
+            "pci_bus_id": "00000000:AF:00.0", "name": "Tesla V100-PCIE-16GB"}
+    text = render(now, "unhealthy", [], mode="service",
+                  service_cards=[{"index": 0, "serial": "0324917012345",
+                                  "pci_bus_id": "00000000:3B:00.0"}, lost],
+                  deploy_drain=True)
+    lines = text.splitlines()
+    served = [line for line in lines if line.startswith("onecat_gpu_service_required{")]
+    assert any('gpu="0"' in line and 'serial="0324917012345"' in line and line.endswith(" 1")
+               for line in served), served
+    assert any('gpu="1"' in line and line.endswith(" 0") for line in served), served
+    assert any('gpu="7"' in line and 'serial="0324917099999"' in line and line.endswith(" 1")
+               for line in served), served
+    assert "onecat_node_deploy_drain 1" in lines
+    healthy = render(now, "healthy", [], mode="in", deploy_drain=False).splitlines()
+    assert "onecat_node_deploy_drain 0" in healthy
+    assert not [line for line in healthy
+                if line.startswith("onecat_gpu_service_required{") and line.endswith(" 1")]
+    # Without an agent (no gateway), the series is not claimed either way.
+    assert "onecat_node_deploy_drain" not in render(now, "healthy", [], mode="in")
+
+
 def test_the_probe_waits_while_a_deploy_changes_the_unit(tmp_path) -> None:
     """No probe (and so no restart by the watch) while the unit on disk is not the one that
     passed the gate: the deploy's own gate judges the new server."""

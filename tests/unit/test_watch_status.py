@@ -189,7 +189,7 @@ def test_a_look_that_could_not_complete_says_why() -> None:
 def test_the_timer_interval_is_read_as_systemd_reads_it() -> None:
     import pytest
 
-    from onecat.watch.__main__ import timespan_seconds
+    from onecat.timespan import timespan_seconds
 
     assert timespan_seconds("60s") == 60 and timespan_seconds("1h") == 3600
     assert timespan_seconds("1h 30min") == 5400 and timespan_seconds("8") == 8

@@ -25,6 +25,7 @@ from conftest import LOADED_MODULE, PROJECT, boot_start, driver_userspace, read_
 sys.path.insert(0, str(PROJECT / "tests"))
 from gateway_harness import wait_until
 from gateway_load import LoadClient, failed, stream_completion, truncated, ttft_ms
+from prometheus_api import firing, notifications, notified, start_receiver
 
 from onecat.gateway.runtime import parse_stat
 
@@ -602,6 +603,7 @@ def test_watch_drains_a_failing_node_restarts_it_once_then_holds_it_out(run_play
 
 
 def _watch_catches_ecc_then_garbage(a) -> None:
+    start_receiver()
     load = start_load()
     try:
         time.sleep(5)
@@ -625,6 +627,7 @@ def _watch_catches_ecc_then_garbage(a) -> None:
         # The card goes bad again, now in its answers: within the flap window, no second restart.
         restarts = a.check_output("systemctl show -p NRestarts --value vllm.service")
         container = a.check_output("docker inspect -f '{{.Id}}' vllm")
+        garbage_at = time.time()
         a.run(f"docker exec vllm touch {BAD_FILE}")
         held = wait_for(lambda: watch_verdict("fleet-a")["mode"] == "held", timeout=60)
         assert held, watch_verdict("fleet-a")
@@ -640,6 +643,20 @@ def _watch_catches_ecc_then_garbage(a) -> None:
           f"{len(failed(outcomes))} failed")
     assert len(outcomes) >= 20, len(outcomes)
     assert_streams_whole(outcomes)
+
+    # Told, not asked (issue 52): the node out of rotation longer than the scenario's 30 s is
+    # one alert, and the webhook receiver on the monitoring host gets one notification for it,
+    # not one per look or per scrape (a second would come a group interval, 30 s, later).
+    told = wait_for(lambda: notified("OnecatNodeOutOfRotation", garbage_at - 5, node="fleet-a"),
+                    timeout=150)
+    assert told, (firing("OnecatNodeOutOfRotation"), notifications()[-3:])
+    print(f"monitoring: fleet-a held, its out-of-rotation alert reached the webhook "
+          f"{time.time() - garbage_at:.0f} s after the garbage began")
+    alert = [x for x in told[0]["alerts"] if x["labels"]["alertname"] == "OnecatNodeOutOfRotation"]
+    assert alert[0]["annotations"]["runbook"], alert
+    time.sleep(40)
+    assert len(notified("OnecatNodeOutOfRotation", garbage_at - 5, node="fleet-a")) == 1, \
+        notifications()[-3:]
 
     # onecat status: one table of the fleet, from the nodes' verdict files.
     table = onecat_status()

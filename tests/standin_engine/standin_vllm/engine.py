@@ -59,6 +59,9 @@ class Engine:
         self.ttft = Histogram()
         self.itl = Histogram()
         self.e2e = Histogram()
+        # vLLM V1's vllm:request_queue_time_seconds: the time a request waited before it was
+        # scheduled, observed when it finishes (vllm/v1/metrics/loggers.py, stats.py queued_time).
+        self.queue = Histogram()
         self._ordinals: dict[str, int] = {}
         self._prefill_free_at = 0.0  # when the (serial) prefill lane is free again
 
@@ -150,6 +153,7 @@ class Engine:
         trace = {} if trace is None else trace
         trace["arrived"] = arrived
         waited = await self.admit(prompt_tokens)
+        admitted = time.monotonic()
         uncached = prompt_tokens - (cached() if cached else 0)
         held = _blocks(prompt_tokens)
         try:
@@ -183,6 +187,7 @@ class Engine:
                 last = now
                 held = self.grow(prompt_tokens + i, prompt_tokens + i + 1)
             self.e2e.observe(time.monotonic() - arrived)
+            self.queue.observe(max(0.0, admitted - arrived) if waited else 0.0)
             return True
         finally:
             self.release(held)

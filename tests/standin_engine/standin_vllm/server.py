@@ -569,6 +569,8 @@ class App:
             ("vllm:time_to_first_token_seconds", engine.ttft, "Histogram of time to first token."),
             ("vllm:inter_token_latency_seconds", engine.itl, "Histogram of inter-token latency."),
             ("vllm:e2e_request_latency_seconds", engine.e2e, "Histogram of e2e request latency."),
+            ("vllm:request_queue_time_seconds", engine.queue,
+             "Histogram of time spent in WAITING phase for request."),
         ):
             samples = [(f'_bucket{{{labels},le="{b}"}}', c)
                        for b, c in zip(hist.BUCKETS, hist.counts, strict=True)]
