@@ -42,6 +42,12 @@ USER_NAME = re.compile(r"[A-Za-z0-9._%+@'-]{1,256}")
 # Slack's channel is a template too: #name, @user or a channel id.
 SLACK_CHANNEL = re.compile(r"[#@]?[A-Za-z0-9._-]{1,80}")
 URL_MAX = 2048
+# What Go's url.Parse (Alertmanager's) reads as Python's urlsplit does: RFC 3986 characters,
+# "%" only in a %HH escape, userinfo of its own characters, then a host name or a bracketed
+# IPv6 literal and an optional port.
+URL_TEXT = re.compile(r"(?:[A-Za-z0-9._~!$&'()*+,;=:@/?#\[\]-]|%[0-9A-Fa-f]{2})+")
+USERINFO = re.compile(r"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})*")
+HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::[0-9]{0,5})?")
 NODE_SCOPED = 'node=~".+"'
 
 
@@ -71,27 +77,40 @@ def has_receiver(settings: AlertmanagerSettings) -> bool:
 
 
 def webhook_problem(name: str, value: object) -> str | None:
-    """An http(s) URL with a host, a valid port, and no whitespace or control character."""
-    must = "an http:// or https:// URL with a host, no spaces or control characters"
+    """An http(s) URL with a host and a valid port that Go's url.Parse (Alertmanager's) reads
+    as urlsplit does: no whitespace, control character or bad %-escape."""
+    must = ("an http:// or https:// URL with a host name or IP address, of RFC 3986 "
+            "characters (no spaces, quotes, braces or non-ASCII letters; %HH escapes)")
     if not isinstance(value, str) or not 0 < len(value) <= URL_MAX:
         return refused(name, value, must)
-    if not value.isprintable() or any(ch.isspace() for ch in value):
+    if not URL_TEXT.fullmatch(value):
         return refused(name, value, must)
     try:
         parts = urlsplit(value)
         _ = parts.port  # raises ValueError for a port out of range or not a number
     except ValueError:
         return refused(name, value, must)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    userinfo, _, host_port = parts.netloc.rpartition("@")
+    if (parts.scheme not in ("http", "https") or not parts.hostname
+            or validate.address(parts.hostname) or not USERINFO.fullmatch(userinfo)
+            or not HOST_PORT.fullmatch(host_port)):
         return refused(name, value, must)
     return None
+
+
+def _setting(name: str, key: object) -> str:
+    """email.KEY, or email["KEY"] (as JSON) for a key that may hold a newline or a control
+    character: the message stays one line."""
+    if isinstance(key, str) and re.fullmatch(r"[A-Za-z0-9_]{1,64}", key):
+        return f"{name}.{key}"
+    return f"{name}[{validate.shown(key)}]"
 
 
 def _keys_problems(name: str, given: Mapping[str, str], known: tuple[str, ...]) -> list[str]:
     found = [f"{name}.{key} (the value is not shown) is refused: put the secret in a file "
              f"only Alertmanager reads and set {name}.{instead} to its path"
              for key, instead in INLINE_SECRETS[name].items() if key in given]
-    found += [refused(f"{name}.{key}", given[key], f"one of {', '.join(known)} instead")
+    found += [refused(_setting(name, key), given[key], f"one of {', '.join(known)} instead")
               for key in given if key not in known and key not in INLINE_SECRETS[name]]
     return found
 
@@ -101,8 +120,10 @@ def _smarthost_problem(value: object) -> str | None:
     if not isinstance(value, str) or ":" not in value:
         return refused("email.smarthost", value, must)
     host, port = value.rsplit(":", 1)
-    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if validate.address(bare) or validate.port(port):
+    bracketed = host.startswith("[") and host.endswith("]")
+    bare = host[1:-1] if bracketed else host
+    # An IPv6 host needs its brackets: Go's net.SplitHostPort refuses "::1:25".
+    if validate.address(bare) or validate.port(port) or (":" in bare and not bracketed):
         return refused("email.smarthost", value, must)
     return None
 

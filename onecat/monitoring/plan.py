@@ -7,7 +7,7 @@ and where to reach them. Raises ValueError naming the value and the fix; writes 
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +22,7 @@ from .scrape import render as render_scrape
 from .service import alertmanager_args, prometheus_args, url
 
 LOOPBACK = ("127.0.0.1", "::1", "[::1]", "localhost")
+THRESHOLDS = 'a mapping of served model name to seconds, e.g. {"qwen25-7b-nvfp4": 4}'
 
 
 def _int(settings: Mapping[str, Any], name: str, default: int) -> int:
@@ -41,12 +42,25 @@ def _number(settings: Mapping[str, Any], name: str, default: float) -> float:
             from None
 
 
+def _mapping(settings: Mapping[str, Any], name: str, must: str) -> dict[str, Any]:
+    value = settings.get(name) or {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"monitoring_{name} {validate.shown(value)} is refused: set it to {must}")
+    return dict(value)
+
+
 def _watch_interval(settings: Mapping[str, Any]) -> int:
     value = str(settings.get("watch_interval") or "60s")
     try:
-        return max(1, round(timespan_seconds(value)))
-    except ValueError as error:
-        raise ValueError(f"monitoring_watch_interval: {error}") from None
+        seconds = timespan_seconds(value)
+    except ValueError:
+        seconds = math.nan
+    # A span of 400 digits is a float's infinity: round() would raise OverflowError.
+    if not math.isfinite(seconds):
+        raise ValueError(f"monitoring_watch_interval {validate.shown(value)} is refused: a "
+                         "systemd time span above zero like 60s, 5min or 1h (the watch's "
+                         "onecat_watch_interval)")
+    return max(1, round(seconds))
 
 
 def _own_host(address: str) -> str:
@@ -87,14 +101,15 @@ def _gateways(monitor: str, names: Sequence[str], addresses: Sequence[str],
     gateways = []
     for i, name in enumerate(names):
         bind = str(binds[i] if i < len(binds) else "127.0.0.1").strip() or "127.0.0.1"
-        address = str(addresses[i] if i < len(addresses) else "").strip() or name
+        # str(name): a name that is no text is refused by the scrape config, not here.
+        address = str(addresses[i] if i < len(addresses) else "").strip() or str(name)
         if name == monitor:
             # Its own gateway: over loopback when the exporter binds it or every address.
             target = "127.0.0.1" if bind in (*LOOPBACK, "*", "0.0.0.0", "::", "[::]") else bind
         elif bind in LOOPBACK:
             raise ValueError(
-                f"gateway {json.dumps(name)}'s HAProxy exporter listens on {bind} only, which "
-                f"the monitoring host {json.dumps(monitor)} cannot reach: set "
+                f"gateway {validate.shown(name)}'s HAProxy exporter listens on {bind} only, which "
+                f"the monitoring host {validate.shown(monitor)} cannot reach: set "
                 "onecat_gateway_admin_bind_address on that gateway to an address the monitoring "
                 "host reaches (guard the port in its firewall), or put the gateway in group "
                 "monitoring")
@@ -132,8 +147,8 @@ def plan(*, monitor: str, node_names: Sequence[str], node_states: Sequence[Any],
                          f"refused: {problem}")
     rule_settings = RuleSettings(
         models=tuple(sorted({node.model for node in nodes if node.engine_port and node.model})),
-        ttft_p99_seconds=dict(settings.get("ttft_p99_seconds") or {}),
-        queue_time_p99_seconds=dict(settings.get("queue_time_p99_seconds") or {}),
+        ttft_p99_seconds=_mapping(settings, "ttft_p99_seconds", THRESHOLDS),
+        queue_time_p99_seconds=_mapping(settings, "queue_time_p99_seconds", THRESHOLDS),
         ttft_p99_default_seconds=_number(settings, "ttft_p99_default_seconds", 10.0),
         queue_time_p99_default_seconds=_number(settings, "queue_time_p99_default_seconds", 30.0),
         fleet_min_in_rotation=floor_count(floor_spec, len(nodes)),
@@ -152,7 +167,8 @@ def plan(*, monitor: str, node_names: Sequence[str], node_states: Sequence[Any],
                          "-e, as JSON: -e '{\"monitoring_webhook_urls\": [\"https://...\"]}')")
     routes = AlertmanagerSettings(
         webhook_urls=tuple(str(u) for u in urls),
-        email=dict(settings.get("email") or {}), slack=dict(settings.get("slack") or {}),
+        email=_mapping(settings, "email", "a mapping of its settings, or {} for none"),
+        slack=_mapping(settings, "slack", "a mapping of its settings, or {} for none"),
         group_wait=str(settings.get("group_wait") or "30s"),
         group_interval=str(settings.get("group_interval") or "5m"),
         repeat_interval=str(settings.get("repeat_interval") or "4h"))

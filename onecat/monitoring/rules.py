@@ -35,6 +35,12 @@ HEADER = "# Written by onecat's monitoring stage (roles/monitoring): edits are r
 # Prometheus' duration syntax (common/model.ParseDuration): units largest first, each once.
 DURATION = re.compile(r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?"
                       r"(?:[0-9]+s)?(?:[0-9]+ms)?")
+DURATION_TERM = re.compile(r"([0-9]+)(ms|y|w|d|h|m|s)")
+DURATION_UNIT_MS = {"y": 365 * 86_400_000, "w": 7 * 86_400_000, "d": 86_400_000,
+                    "h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1}
+# Prometheus and Alertmanager hold a duration as int64 nanoseconds: a longer one (past about
+# 292 years) is "duration out of range" to promtool, amtool and both daemons.
+DURATION_MAX_NS = 2**63 - 1
 # An haproxy.cfg proxy name (letters, digits, - _ . :): nothing that ends a PromQL string.
 PROXY_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 MODEL_NAME_MAX = 256
@@ -80,12 +86,21 @@ def refused(name: str, value: object, must: str) -> str:
     return f"{name} {validate.shown(value)} is refused: set it to {must}"
 
 
+def duration_fits(value: str) -> bool:
+    """Whether a duration (a text DURATION matches) fits Prometheus's int64 nanoseconds."""
+    terms = DURATION_TERM.findall(value)
+    # More than 20 digits is out of range anyway (and int() refuses over 4300).
+    return all(len(number) <= 20 for number, _ in terms) and sum(
+        int(number) * DURATION_UNIT_MS[unit] for number, unit in terms) * 10**6 <= DURATION_MAX_NS
+
+
 def duration_problem(name: str, value: object) -> str | None:
     """A positive Prometheus duration (15m, 1h30m, 90s), else what it must be."""
     if (isinstance(value, str) and value and DURATION.fullmatch(value)
-            and any(ch in "123456789" for ch in value)):
+            and any(ch in "123456789" for ch in value) and duration_fits(value)):
         return None
-    return refused(name, value, "a Prometheus duration above zero like 90s, 15m or 1h30m")
+    return refused(name, value, "a Prometheus duration above zero like 90s, 15m or 1h30m "
+                                "(at most 292 years)")
 
 
 def model_problem(name: str, value: object) -> str | None:

@@ -28,12 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import validate
+from .rules import duration_fits
 
 SERVER_NAME_REFUSED = re.compile(r"[^A-Za-z0-9_.:-]")
 # Prometheus's duration (model.ParseDuration in 2.42): units y w d h m s ms, largest first.
 DURATION = re.compile(r"(?:[0-9]{1,6}y)?(?:[0-9]{1,6}w)?(?:[0-9]{1,6}d)?(?:[0-9]{1,6}h)?"
                       r"(?:[0-9]{1,6}m)?(?:[0-9]{1,6}s)?(?:[0-9]{1,6}ms)?")
 LABEL_VALUE_MAX = 256
+# A node's key file is named after its server name plus ".key": a file name has 255 bytes.
+KEY_NAME_MAX = 255 - len(".key")
 KEY_DIR_DEFAULT = "/etc/prometheus/onecat-keys"
 
 
@@ -88,9 +91,11 @@ def key_file(settings: ScrapeSettings, node: Node) -> str:
 def _label_value(what: str, value: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{what} is empty: give every node and gateway a name")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value) or len(value) > LABEL_VALUE_MAX:
-        raise ValueError(f"{what} {json.dumps(value)} is refused: a label value has no control "
-                         f"character (a newline would split the alert's text) and at most "
+    # Printable: no control character (a newline would split the alert's text), no line
+    # separator YAML reads as a break (U+0085, U+2028), no lone surrogate.
+    if not value.isprintable() or len(value) > LABEL_VALUE_MAX:
+        raise ValueError(f"{what} {validate.shown(value)} is refused: a label value is "
+                         f"printable text (no newline or other control character) of at most "
                          f"{LABEL_VALUE_MAX} characters; rename it in the inventory")
     return value
 
@@ -98,7 +103,7 @@ def _label_value(what: str, value: str) -> str:
 def _target(what: str, address: str, port: int) -> str:
     problem = validate.address(address) or validate.port(port)
     if problem:
-        raise ValueError(f"{what}: {json.dumps(address)}:{json.dumps(port)} is refused: "
+        raise ValueError(f"{what}: {validate.shown(address)}:{validate.shown(port)} is refused: "
                          f"{problem}; set ansible_host (or onecat_monitoring_address) to the "
                          "address the monitoring host reaches it at")
     bare = validate.bare_address(address)
@@ -108,9 +113,9 @@ def _target(what: str, address: str, port: int) -> str:
 def _check(settings: ScrapeSettings) -> None:
     for name in ("scrape_interval", "evaluation_interval"):
         value = getattr(settings, name)
-        if not DURATION.fullmatch(value) or not value:
-            raise ValueError(f"monitoring {name} {json.dumps(value)} is refused: a Prometheus "
-                             "duration such as 15s or 1m")
+        if not DURATION.fullmatch(value) or not value or not duration_fits(value):
+            raise ValueError(f"monitoring {name} {validate.shown(value)} is refused: a "
+                             "Prometheus duration such as 15s or 1m")
     for name in ("prometheus_port", "alertmanager_port"):
         problem = validate.port(getattr(settings, name))
         if problem:
@@ -118,10 +123,10 @@ def _check(settings: ScrapeSettings) -> None:
     for path in (*settings.rule_files, settings.key_dir):
         problem = validate.absolute_path(path)
         if problem:
-            raise ValueError(f"monitoring path {json.dumps(path)} is refused: {problem}")
+            raise ValueError(f"monitoring path {validate.shown(path)} is refused: {problem}")
     for name, value in settings.extra_labels.items():
         if not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]{0,127}", str(name)) or name.startswith("__"):
-            raise ValueError(f"monitoring label name {json.dumps(name)} is refused: letters, "
+            raise ValueError(f"monitoring label name {validate.shown(name)} is refused: letters, "
                              "digits and _, not starting with a digit or __")
         _label_value(f"monitoring label {name}", str(value))
 
@@ -130,7 +135,10 @@ def _unique(kind: str, names: Sequence[str]) -> None:
     seen: dict[str, str] = {}
     for name in names:
         label = server_name(name)
-        if label in seen and seen[label] != name:
+        if seen.get(label) == name:
+            # Twice the same engine job (one per node): Prometheus refuses the file.
+            raise ValueError(f"{kind} {json.dumps(name)} is listed twice: list each {kind} once")
+        if label in seen:
             raise ValueError(f"{kind}s {json.dumps(seen[label])} and {json.dumps(name)} would "
                              f"both be labelled {json.dumps(label)} (HAProxy's server name): "
                              "rename one in the inventory")
@@ -146,14 +154,19 @@ def scrape_config(nodes: Sequence[Node], gateways: Sequence[Gateway],
     """The prometheus.yml document. Raises ValueError naming the host and the value."""
     settings = settings or ScrapeSettings()
     _check(settings)
-    _unique("node", [node.name for node in nodes])
-    _unique("gateway", [gateway.name for gateway in gateways])
+    # Each name checked before its server name is made (a name that is no text is refused).
+    _unique("node", [_label_value("node name", node.name) for node in nodes])
+    _unique("gateway", [_label_value("gateway name", gateway.name) for gateway in gateways])
     node_targets, engine_targets, gateway_targets = [], [], []
     for node in nodes:
         name = _label_value("node name", node.name)
         node_targets.append({
             "targets": [_target(f"node {name}", node.address, node.exporter_port)],
             "labels": {"node": server_name(name)}})
+        if node.engine_port and node.engine_key and len(server_name(name)) > KEY_NAME_MAX:
+            raise ValueError(f"node name {validate.shown(name)} is refused: its scrapers' key "
+                             f"file is named after it, and a file name has at most "
+                             f"{KEY_NAME_MAX} characters before .key; rename it in the inventory")
         if node.engine_port:
             model = _label_value(f"node {name}'s model", node.model or "unknown")
             engine_targets.append({
@@ -201,5 +214,7 @@ def render(nodes: Sequence[Node], gateways: Sequence[Gateway],
            settings: ScrapeSettings | None = None) -> str:
     """prometheus.yml's text: JSON (YAML 1.2 reads it as it is), with a header comment."""
     document = scrape_config(nodes, gateways, settings)
+    # ensure_ascii=False: JSON escapes a character past U+FFFF as two surrogates, which YAML
+    # (Go's yaml.v2) refuses; every label value is printable, so the text is plain UTF-8.
     return ("# Written by onecat's monitoring stage (roles/monitoring): edits are replaced.\n"
-            + json.dumps(document, indent=2) + "\n")
+            + json.dumps(document, indent=2, ensure_ascii=False) + "\n")

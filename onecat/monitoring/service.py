@@ -7,10 +7,10 @@ $ARGS`` with ARGS from /etc/default (EnvironmentFile=): only checked values reac
 
 from __future__ import annotations
 
-import json
 import re
 
 from .. import validate
+from .rules import duration_fits
 from .scrape import DURATION
 
 # Prometheus's --storage.tsdb.retention.size (units.Base2Bytes: B, KB, MB, GB, TB, PB, EB).
@@ -21,8 +21,8 @@ WILDCARD = {"0.0.0.0": "127.0.0.1", "::": "::1", "*": "127.0.0.1", "[::]": "::1"
 def _listen(what: str, address: str, port: int) -> str:
     problem = validate.bind_address(address) or validate.port(port)
     if problem:
-        raise ValueError(f"monitoring {what} listen address {json.dumps(address)}:"
-                         f"{json.dumps(port)} is refused: {problem}")
+        raise ValueError(f"monitoring {what} listen address {validate.shown(address)}:"
+                         f"{validate.shown(port)} is refused: {problem}")
     bare = "" if address in ("*", "0.0.0.0") else validate.bare_address(address)
     if bare == "::" or address == "[::]":
         return f"[::]:{port}"
@@ -36,11 +36,12 @@ def url(address: str, port: int) -> str:
 
 
 def prometheus_args(address: str, port: int, retention_time: str, retention_size: str) -> list[str]:
-    if not retention_time or not DURATION.fullmatch(retention_time):
-        raise ValueError(f"monitoring_retention_time {json.dumps(retention_time)} is refused: "
+    if (not retention_time or not DURATION.fullmatch(retention_time)
+            or not duration_fits(retention_time)):
+        raise ValueError(f"monitoring_retention_time {validate.shown(retention_time)} is refused: "
                          "a Prometheus duration such as 15d or 4w")
     if not SIZE.fullmatch(retention_size):
-        raise ValueError(f"monitoring_retention_size {json.dumps(retention_size)} is refused: "
+        raise ValueError(f"monitoring_retention_size {validate.shown(retention_size)} is refused: "
                          "a size such as 10GB or 500MB (B, KB, MB, GB, TB, PB, EB)")
     return [f"--web.listen-address={_listen('Prometheus', address, port)}",
             f"--storage.tsdb.retention.time={retention_time}",
