@@ -212,7 +212,8 @@ def key(value: object, allow_empty: bool = False) -> str | None:
 
 
 # The fleet's floor (onecat/repair/floor.py): a count of nodes or a share of the fleet.
-FLOOR = re.compile(r"[0-9]{1,6}|(?:100|[0-9]{1,2})(?:\.[0-9]{1,3})?%")
+# 100% at most: "100.5%" is no share (onecat/repair/floor.py refuses it too).
+FLOOR = re.compile(r"[0-9]{1,6}|100(?:\.0{1,3})?%|[0-9]{1,2}(?:\.[0-9]{1,3})?%")
 
 
 def floor(value: object) -> str | None:

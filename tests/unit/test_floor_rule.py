@@ -99,3 +99,17 @@ def test_out_takes_the_nodes_own_token(tmp_path) -> None:
     wrong = lease_server.token_for(SECRET, "b")
     assert service.handle("POST", "/v1/out", f"Bearer {wrong}", body)[0] == 401
     assert service.handle("GET", "/v1/out", f"Bearer {wrong}", None)[0] == 405
+
+
+@pytest.mark.parametrize("spec", ["1", "0", "25%", "100%", "100.0%", "99.9%", "0%", 7])
+@pytest.mark.parametrize("fleet", [1, 3, 8])
+def test_every_floor_the_input_rule_lets_through_counts(spec, fleet) -> None:
+    """onecat/validate.py's rule (roles and the monitoring stage check with it) and the
+    floor's own count agree: a share above 100 % (e.g. "100.5%") was let through by the rule,
+    then refused by the count (found by tests/fuzz/test_fuzz_monitoring.py)."""
+    from onecat.validate import floor as floor_rule
+
+    assert floor_rule(spec) is None
+    assert 0 <= floor.count(spec, fleet) <= max(fleet, int(spec) if str(spec).isdigit() else 0)
+    for refused in ("100.5%", "101%", "150%"):
+        assert floor_rule(refused) is not None
