@@ -28,15 +28,15 @@ options:
     required: true
   node_states:
     description:
-      - For each of O(node_names), what it serves (C(address), C(exporter_port),
-        C(engine_port) 0 when not serving, C(model)); null for a node not reached.
+      - "For each of O(node_names), what it serves: C(address), C(exporter_port),
+        C(engine_port) (0 when not serving), C(model); null for a node not reached."
     type: list
     elements: raw
     required: true
   node_keyed:
     description:
-      - For each of O(node_names), whether its engine's /metrics needs the scrapers' key (the
-        key's length: 0 for none; the key itself never reaches the module).
+      - For each of O(node_names), whether its engine's /metrics needs the scrapers' key, as
+        the key's length (0 for none); the key itself never reaches the module.
     type: list
     elements: raw
     required: true

@@ -16,6 +16,8 @@ developer's machine as it found it. Even under never, a scenario whose nodes are
 (a machine that ran the tests before, with never) is destroyed first: molecule's create would
 take the old containers as they are, with the last run's images, backups and watch states in
 them, and the verify would judge that run's leftovers (stop 55's CI failed on exactly that).
+The reverse too: a state that says created with no node there is forgotten, or molecule would
+skip create and prepare and verify nothing (forget_stale_state).
 """
 
 from __future__ import annotations
@@ -71,6 +73,33 @@ def leftover_nodes(scenario: str) -> list[str]:
     return found
 
 
+def state_file(scenario: str, project: Path = REPO) -> Path:
+    """molecule's record of a scenario's steps, in its ephemeral folder: ~/.ansible/tmp/
+    molecule.<checksum of the project folder's name>.<scenario>/state.yml (molecule's own
+    scenario.py, ephemeral_directory), or MOLECULE_EPHEMERAL_DIRECTORY when that is set."""
+    from molecule.text import checksum
+
+    if os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY"):
+        return Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "state.yml"
+    folder = f"molecule.{checksum(project.name, 4)}.{scenario.replace('/', '--')}"
+    return Path.home() / ".ansible" / "tmp" / folder / "state.yml"
+
+
+def forget_stale_state(scenario: str, leftovers: list[str], state: Path | None = None) -> bool:
+    """Under never, a state that says the scenario's nodes were created while none is there (a
+    machine whose containers were removed by hand, or a clone at a path an earlier run used)
+    makes molecule skip its create and prepare and verify nodes that do not exist: the state
+    goes, so molecule starts from its create. Returns whether it went."""
+    state = state_file(scenario) if state is None else state
+    if destroy_wanted() != "never" or leftovers or not state.is_file():
+        return False
+    recorded = yaml.safe_load(state.read_text()) or {}
+    if not (isinstance(recorded, dict) and recorded.get("created")):
+        return False
+    state.unlink()
+    return True
+
+
 def commands(scenario: str, molecule: str, leftovers: list[str]) -> list[list[str]]:
     """What runs for a scenario, in order: a destroy first when its nodes are left from an
     earlier run that did not destroy them, then the test."""
@@ -100,6 +129,9 @@ class Run:
         if leftovers:
             self._keep(f"nodes left from an earlier run: {', '.join(leftovers)}; "
                        "destroying them before the test")
+        elif forget_stale_state(self.name, leftovers):
+            self._keep("molecule's state says the nodes were created but none is there: "
+                       "state forgotten, the test starts from create")
         steps = commands(self.name, f"{bindir}/molecule", leftovers)
         threading.Thread(target=self._read, args=(steps, env), name=f"molecule-{self.name}",
                          daemon=True).start()

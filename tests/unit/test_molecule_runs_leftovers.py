@@ -37,3 +37,31 @@ def test_always_leaves_the_destroy_to_molecule(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.delenv("ONECAT_MOLECULE_DESTROY", raising=False)
     assert molecule_runs.commands("default", "molecule", ["onecat-node1"]) == [
         ["molecule", "test", "-s", "default", "--destroy", "always"]]
+
+
+def test_a_state_that_says_created_with_no_node_there_is_forgotten(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clone at a path an earlier run used, on a machine whose containers were removed:
+    molecule's state says created, so it skipped create and prepare and every verify test
+    failed on missing nodes (a fresh-clone run of this stop, before the fix)."""
+    monkeypatch.setenv("ONECAT_MOLECULE_DESTROY", "never")
+    state = tmp_path / "state.yml"
+    state.write_text("# Molecule managed\n\n---\nconverged: true\ncreated: true\nprepared: true\n")
+    assert molecule_runs.forget_stale_state("fleet", ["fleet-a"], state) is False  # destroy first
+    assert state.exists()
+    assert molecule_runs.forget_stale_state("fleet", [], state) is True
+    assert not state.exists()
+    state.write_text("---\ncreated: false\n")
+    assert molecule_runs.forget_stale_state("fleet", [], state) is False and state.exists()
+    monkeypatch.delenv("ONECAT_MOLECULE_DESTROY")
+    state.write_text("---\ncreated: true\n")
+    assert molecule_runs.forget_stale_state("fleet", [], state) is False  # molecule's own destroy
+
+
+def test_the_state_file_is_where_molecule_keeps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from molecule.text import checksum
+
+    monkeypatch.delenv("MOLECULE_EPHEMERAL_DIRECTORY", raising=False)
+    path = molecule_runs.state_file("fleet", Path("/somewhere/main"))
+    assert path == (Path.home() / ".ansible" / "tmp" / f"molecule.{checksum('main', 4)}.fleet"
+                    / "state.yml")
