@@ -105,7 +105,7 @@ def _gateways(monitor: str, names: Sequence[str], addresses: Sequence[str],
         address = str(addresses[i] if i < len(addresses) else "").strip() or str(name)
         if name == monitor:
             # Its own gateway: over loopback when the exporter binds it or every address.
-            target = "127.0.0.1" if bind in (*LOOPBACK, "*", "0.0.0.0", "::", "[::]") else bind
+            target = "127.0.0.1" if bind in (*LOOPBACK, *validate.WILDCARD_BIND) else bind
         elif bind in LOOPBACK:
             raise ValueError(
                 f"gateway {validate.shown(name)}'s HAProxy exporter listens on {bind} only, which "
@@ -114,7 +114,7 @@ def _gateways(monitor: str, names: Sequence[str], addresses: Sequence[str],
                 "host reaches (guard the port in its firewall), or put the gateway in group "
                 "monitoring")
         else:
-            target = address if bind in ("*", "0.0.0.0", "::", "[::]") else bind
+            target = address if bind in validate.WILDCARD_BIND else bind
         gateways.append(Gateway(name, validate.bare_address(target), port))
     return gateways
 

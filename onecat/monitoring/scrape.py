@@ -28,12 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import validate
-from .rules import duration_fits
+from .rules import duration_problem
 
 SERVER_NAME_REFUSED = re.compile(r"[^A-Za-z0-9_.:-]")
-# Prometheus's duration (model.ParseDuration in 2.42): units y w d h m s ms, largest first.
-DURATION = re.compile(r"(?:[0-9]{1,6}y)?(?:[0-9]{1,6}w)?(?:[0-9]{1,6}d)?(?:[0-9]{1,6}h)?"
-                      r"(?:[0-9]{1,6}m)?(?:[0-9]{1,6}s)?(?:[0-9]{1,6}ms)?")
 LABEL_VALUE_MAX = 256
 # A node's key file is named after its server name plus ".key": a file name has 255 bytes.
 KEY_NAME_MAX = 255 - len(".key")
@@ -112,10 +109,9 @@ def _target(what: str, address: str, port: int) -> str:
 
 def _check(settings: ScrapeSettings) -> None:
     for name in ("scrape_interval", "evaluation_interval"):
-        value = getattr(settings, name)
-        if not DURATION.fullmatch(value) or not value or not duration_fits(value):
-            raise ValueError(f"monitoring {name} {validate.shown(value)} is refused: a "
-                             "Prometheus duration such as 15s or 1m")
+        problem = duration_problem(f"monitoring_{name}", getattr(settings, name))
+        if problem:
+            raise ValueError(problem)
     for name in ("prometheus_port", "alertmanager_port"):
         problem = validate.port(getattr(settings, name))
         if problem:

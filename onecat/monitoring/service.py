@@ -10,8 +10,7 @@ from __future__ import annotations
 import re
 
 from .. import validate
-from .rules import duration_fits
-from .scrape import DURATION
+from .rules import duration_problem
 
 # Prometheus's --storage.tsdb.retention.size (units.Base2Bytes: B, KB, MB, GB, TB, PB, EB).
 SIZE = re.compile(r"[0-9]{1,9}(?:B|KB|MB|GB|TB|PB|EB)")
@@ -36,10 +35,9 @@ def url(address: str, port: int) -> str:
 
 
 def prometheus_args(address: str, port: int, retention_time: str, retention_size: str) -> list[str]:
-    if (not retention_time or not DURATION.fullmatch(retention_time)
-            or not duration_fits(retention_time)):
-        raise ValueError(f"monitoring_retention_time {validate.shown(retention_time)} is refused: "
-                         "a Prometheus duration such as 15d or 4w")
+    problem = duration_problem("monitoring_retention_time", retention_time)
+    if problem:
+        raise ValueError(problem)
     if not SIZE.fullmatch(retention_size):
         raise ValueError(f"monitoring_retention_size {validate.shown(retention_size)} is refused: "
                          "a size such as 10GB or 500MB (B, KB, MB, GB, TB, PB, EB)")
