@@ -189,7 +189,10 @@ def worked_example_27b(rows: list[tuple[str, dict[str, Any]]]) -> str:
         f"{lin['linear_key_head_dim']} x {lin['ssm_state_bytes']} B ({lin['ssm_state_dtype']}) = "
         f"{hyb['ssm_state_bytes']:,} B per linear layer",
         f"state/seq    {lin['linear_layers']} x {hyb['state_bytes']:,} B = "
-        f"{hyb['state_bytes_per_sequence'] / 2**20:.1f} MiB per sequence per GPU",
+        f"{hyb['state_bytes_per_sequence'] / 2**20:.1f} MiB once; align mode holds "
+        f"{hyb['linear_groups']} groups x 2 blocks x {hyb['group_size']} layers x "
+        f"{hyb['page_bytes']:,} B = {hyb['state_bytes_held_per_sequence'] / 2**20:.1f} MiB "
+        "per sequence per GPU",
         f"block size   16 x ceil({hyb['state_bytes']:,} / (16 x "
         f"{hyb['attention_bytes_per_token']:,})) = {hyb['block_size']} tokens; page "
         f"{hyb['page_bytes']:,} B",

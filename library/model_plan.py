@@ -100,6 +100,35 @@ options:
         captured after the KV cache is sized), inside it otherwise.
     type: float
     default: 0.3
+  speculative_config:
+    description:
+      - The engine's C(--speculative-config) (a JSON object, as text or a dict), such as
+        method C(mtp) with C(num_speculative_tokens) 4. On a Gated DeltaNet hybrid the plan
+        widens the conv state, holds 2 + n state blocks per linear group and request, and
+        counts the MTP layer's KV cache and weights. O(args) and O(extra_args) override it.
+    type: raw
+  engine_env:
+    description:
+      - The environment the server gets (the role's C(vllm_serve_env)). The plan reads the
+        fork's MTP switches from it (C(VLLM_1CAT_ENABLE_SM70_MTP_DEFAULTS=1) turns MTP4 on for a
+        dense checkpoint with an MTP head) and returns them in C(serve_env).
+    type: dict
+  args:
+    description:
+      - The user's overrides of the engine flags (the role's C(vllm_serve_args), flag or option
+        name to value; null or false removes a flag). The flags the plan depends on
+        (C(--max-num-seqs), C(--max-num-batched-tokens), C(--kv-cache-dtype),
+        C(--speculative-config), C(--max-model-len), C(--gpu-memory-utilization),
+        C(--tensor-parallel-size)) are planned with the value the server will get.
+    type: dict
+    default: {}
+  extra_args:
+    description:
+      - Further C(vllm serve) arguments (the role's C(vllm_serve_extra_args)), applied after
+        O(args) as vLLM's parser does.
+    type: list
+    elements: str
+    default: []
   health:
     description:
       - The C(gpu_health) facts (or a dict wrapping them under C(gpu_health)). Their NVML
@@ -173,13 +202,15 @@ msg:
 import platform
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.onecat.model.overrides import effective_options
 from ansible.module_utils.onecat.model.plan import INVALID_INPUT, misfit_message, plan_model
 
 PLANNER_OPTIONS = ("gpus", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len",
                    "tensor_parallel_size", "kv_cache_dtype", "engine", "engine_version",
                    "compute_capability", "max_num_batched_tokens", "max_num_seqs",
                    "cuda_context_gib", "non_torch_gib", "cuda_graph_gib",
-                   "typical_input_tokens", "typical_output_tokens")
+                   "typical_input_tokens", "typical_output_tokens", "speculative_config",
+                   "engine_env")
 
 
 def main() -> None:
@@ -192,6 +223,10 @@ def main() -> None:
             "max_model_len": {"type": "int", "default": 8192},
             "tensor_parallel_size": {"type": "int", "default": 2},
             "kv_cache_dtype": {"type": "str", "default": "auto", "choices": ["auto", "fp8_e5m2"]},
+            "speculative_config": {"type": "raw"},
+            "engine_env": {"type": "dict"},
+            "args": {"type": "dict", "default": {}},
+            "extra_args": {"type": "list", "elements": "str", "default": []},
             "engine": {"type": "str", "default": "1cat-vllm", "choices": ["1cat-vllm", "vllm"]},
             "engine_version": {"type": "str"},
             "compute_capability": {"type": "str", "default": "7.0"},
@@ -209,11 +244,17 @@ def main() -> None:
     )
     params = module.params
     host = platform.node() or "this host"
+    # The server gets the role's flags merged with the user's: plan those (overrides.py).
+    overrides, sources = effective_options(params["args"], params["extra_args"])
+    options = {**{name: params[name] for name in PLANNER_OPTIONS}, **overrides}
     try:
-        plan = plan_model(params["model_dir"], health=params["health"],
-                          **{name: params[name] for name in PLANNER_OPTIONS})
+        plan = plan_model(params["model_dir"], health=params["health"], **options)
     except INVALID_INPUT as error:
-        module.fail_json(msg=f"{host}: cannot plan the model: {error}")
+        given = "; ".join(f"{option} from {source}" for option, source in sources.items())
+        module.fail_json(msg=f"{host}: cannot plan the model: {error}"
+                         + (f" (planned with {given})" if given else ""))
+    if sources:
+        plan["overrides"] = sources
     if not plan["ok"] and params["fail_on_misfit"]:
         module.fail_json(msg=misfit_message(plan, host), plan=plan)
     module.exit_json(changed=False, plan=plan, msg=f"{host}: {plan['fit_reason']}")

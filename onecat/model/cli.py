@@ -73,6 +73,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--max-num-seqs", type=int, default=None,
                         help="sequences per step (default: as many typical requests as the KV "
                         f"cache holds, at most {MAX_NUM_SEQS_CAP}, the engine's default)")
+    parser.add_argument("--speculative-config", metavar="JSON",
+                        help="the engine's --speculative-config, e.g. '{\"method\": \"mtp\", "
+                        "\"num_speculative_tokens\": 4}': on a Gated DeltaNet hybrid the plan "
+                        "widens the conv state, holds 2 + n state blocks per linear group and "
+                        "request, and counts the MTP layer's KV cache and weights")
+    parser.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
+                        help="environment the server gets (repeatable); the plan reads the "
+                        "fork's MTP switches, e.g. VLLM_1CAT_ENABLE_SM70_MTP_DEFAULTS=1 (MTP4 "
+                        "for a dense checkpoint with an MTP head)")
     parser.add_argument("--typical-input-tokens", type=int,
                         default=WORKLOAD_DEFAULTS["typical_input_tokens"],
                         help="prompt tokens of a typical request, sizes --max-num-seqs "
@@ -103,6 +112,18 @@ def _load_health(path: str | None) -> Any:
         raise PlanInputError(f"--health {error}") from error
 
 
+def _parse_env(items: list[str]) -> dict[str, str] | None:
+    """--env NAME=VALUE items as a mapping; PlanInputError for an item without a name."""
+    env: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise PlanInputError(f"--env {item!r}: expected NAME=VALUE, e.g. "
+                                 "VLLM_1CAT_ENABLE_SM70_MTP_DEFAULTS=1")
+        env[name.strip()] = value
+    return env or None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         health = _load_health(args.health)
@@ -124,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
             "cuda_context_gib": args.cuda_context_gib,
             "non_torch_gib": args.non_torch_gib,
             "cuda_graph_gib": args.cuda_graph_gib,
+            "speculative_config": args.speculative_config,
+            "engine_env": _parse_env(args.env),
         }
         if args.model_dir.startswith("hf:"):
             plan = plan_remote(args.model_dir, plan_model, **options)
@@ -166,11 +189,13 @@ def _hybrid_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
     if not hybrid:
         return []
     mib = 2**20
-    return [
+    rows = [
         ("state", f"{hybrid['state_bytes'] / mib:.2f} MiB per linear layer and sequence per GPU "
                   f"(conv {hybrid['conv_state_bytes'] / 1024:g} KiB + recurrent "
                   f"{hybrid['ssm_state_bytes'] / 1024:g} KiB), "
-                  f"{hybrid['state_bytes_per_sequence'] / mib:.1f} MiB per sequence"),
+                  f"{hybrid['state_bytes_per_sequence'] / mib:.1f} MiB per sequence once; "
+                  f"align mode holds {hybrid['state_blocks_per_sequence']} state blocks = "
+                  f"{hybrid['state_bytes_held_per_sequence'] / mib:.1f} MiB per sequence"),
         ("page", f"{hybrid['page_bytes']:,} bytes = {hybrid['block_size']}-token attention "
                  f"blocks x {_kib(hybrid['attention_bytes_per_token'])}; groups of "
                  f"{hybrid['group_size']} layers: {hybrid['full_groups']} attention + "
@@ -178,6 +203,15 @@ def _hybrid_rows(plan: dict[str, Any]) -> list[tuple[str, str]]:
                  f"{hybrid['blocks_per_request']} per full-length request, state slots "
                  f"{hybrid['state_slots']}"),
     ]
+    spec = plan.get("speculation")
+    if spec:
+        drafter = (f"; drafter: {spec['drafter_attention_layers']} attention layer(s), "
+                   f"{spec['drafter_weight_bytes_per_gpu'] / GIB:.2f} GiB weights per GPU "
+                   f"({spec['drafter_weights']})" if spec["drafter_weights"] else "")
+        rows.append(("speculate", f"{spec['method'] or '(method unset)'} "
+                                  f"{spec['num_speculative_tokens']} tokens from "
+                                  f"{spec['source']}{drafter}"))
+    return rows
 
 
 def format_table(plan: dict[str, Any]) -> str:

@@ -48,6 +48,10 @@ hidden_size / num_attention_heads. Gated DeltaNet hybrids (Qwen3.5 family, Qwen3
 laid out as vLLM's hybrid KV-cache manager does (``hybrid_layout_bytes``: KV per token over the
 full-attention layers, per-request conv + recurrent state in pages of one size, enlarged
 attention blocks, layer groups sharing one pool); other hybrids (Mamba, Mamba2) are refused.
+Speculative decoding (the fork's MTP opt-in or --speculative-config, mtp.py) widens their
+state and adds the MTP drafter's layer and weights; what the fork refuses at startup for a
+hybrid (a block above --max-num-batched-tokens, --max-num-seqs above the Mamba cache blocks)
+is a problem of the plan (hybrid_limits.py).
 Also per GPU: the rotary cos_sin_cache (``rotary_cache_bytes``) next to the weights and
 TurboMind's GEMM workspace inside the activation peak; the estimated constants come from
 calibration.py.
@@ -55,9 +59,12 @@ calibration.py.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from typing import Any
 
+from . import mtp as speculative
 from .calibration import as_dict as calibration_table
 from .calibration import value as estimate
 from .checkpoint import (
@@ -66,6 +73,7 @@ from .checkpoint import (
     ROW_PARALLEL,
     VOCAB_PARALLEL,
     inspect_model,
+    load_json,
 )
 from .engines import (
     DEFAULT_COMPUTE_CAPABILITY,
@@ -77,6 +85,7 @@ from .engines import (
     parse_version,
     resident_rule,
 )
+from .hybrid_limits import block_problem, mamba_blocks_problem
 from .safetensors import CheckpointError, Tensor, numel
 
 GIB = 1024**3
@@ -128,6 +137,10 @@ DEFAULTS: dict[str, Any] = {
     "cuda_context_gib": CUDA_CONTEXT_NCCL_GIB,
     "non_torch_gib": NON_TORCH_INCREASE_GIB,
     "cuda_graph_gib": CUDA_GRAPH_GIB,
+    # The engine's --speculative-config (JSON object) and the environment the server gets
+    # (the fork's MTP switches): speculative decoding is planned from them (mtp.py).
+    "speculative_config": None,
+    "engine_env": None,
 }
 # The typical request that sizes --max-num-seqs (kept apart from DEFAULTS, which the
 # model_plan Ansible module documents option by option).
@@ -165,7 +178,8 @@ def tensor_bytes_per_gpu(name: str, tensor: Tensor, tp: int, kv_heads: int) -> i
         if tensor.nbytes % rows == 0:
             return tensor.nbytes // rows * min(per_rank_rows, rows)
         return -(-tensor.nbytes // tp)
-    if leaf in COLUMN_PARALLEL:
+    # The MTP head's fc is a ColumnParallelLinear (qwen3_5_mtp.py:155-163, qwen3_next_mtp.py:67).
+    if leaf in COLUMN_PARALLEL or (leaf == "fc" and name.startswith("mtp.")):
         if param == "g_idx":
             return tensor.nbytes
         divisor = min(tp, kv_heads) if leaf in ("k_proj", "v_proj") else tp
@@ -207,9 +221,11 @@ def weight_bytes(tensors: dict[str, Tensor], tp: int, kv_heads: int,
     return result
 
 
-def kv_bytes_per_token(dims: dict[str, Any], element_bytes: int, tp: int) -> tuple[int, int]:
-    """(whole model, per GPU) KV-cache bytes for one token."""
-    per_head = 2 * dims["kv_layers"] * dims["head_dim"] * element_bytes
+def kv_bytes_per_token(dims: dict[str, Any], element_bytes: int, tp: int,
+                       drafter_layers: int = 0) -> tuple[int, int]:
+    """(whole model, per GPU) KV-cache bytes for one token; an MTP drafter's full-attention
+    layers share the cache (mtp.py)."""
+    per_head = 2 * (dims["kv_layers"] + drafter_layers) * dims["head_dim"] * element_bytes
     kv_heads = dims["num_key_value_heads"]
     heads_per_rank = max(1, kv_heads // tp)
     return per_head * kv_heads, per_head * heads_per_rank
@@ -241,14 +257,18 @@ def _vocab_rows(tensors: dict[str, Tensor]) -> int | None:
 
 
 def activation_peak(dims: dict[str, Any], tp: int, batched_tokens: int,
-                    max_num_seqs: int, workspace: int = 0) -> dict[str, int]:
+                    max_num_seqs: int, workspace: int = 0,
+                    spec_tokens: int = 0) -> dict[str, int]:
     """Torch's allocated peak during vLLM's profile run, per GPU: {forward, sampler, peak}.
 
     The profile run is one forward of ``batched_tokens`` tokens, then a sampler pass over
     min(max_num_seqs, batched_tokens) rows of full-vocab logits (gpu_model_runner.py:10331,
     10717-10760, 10979-10981); the peak is the larger of the two (the forward's activations are
     freed before the sampler runs). ``workspace`` (TurboMind's GEMM workspace, created at the
-    first GEMM and kept) sits under both.
+    first GEMM and kept) sits under both. With ``spec_tokens`` n the profile run's
+    rejection-sampler pass holds (1 + n) target logits rows and n draft-probability rows per
+    sequence (gpu_model_runner.py:10791-10822): counted as (1 + n) rows at the sampler's bytes
+    per logit (estimated).
     """
     hidden = int(dims["hidden_size"])
     inter = _dimension(dims.get("intermediate_size")) or 4 * hidden
@@ -257,7 +277,7 @@ def activation_peak(dims: dict[str, Any], tp: int, batched_tokens: int,
     forward = batched_tokens * 2 * (ACTIVATION_HIDDEN_COPIES * hidden + widest)
     vocab = _dimension(dims.get("vocab_size")) or 0
     rows = min(max_num_seqs, batched_tokens)
-    sampler = rows * vocab * SAMPLER_BYTES_PER_LOGIT
+    sampler = rows * (1 + spec_tokens) * vocab * SAMPLER_BYTES_PER_LOGIT
     return {"forward": forward, "sampler": sampler, "workspace": workspace,
             "peak": max(forward, sampler) + workspace, "rows": rows}
 
@@ -385,6 +405,9 @@ def _validate(opts: dict[str, Any]) -> None:
         if opts["engine_version"]:
             parse_version(opts["engine_version"])
         parse_capability(opts["compute_capability"])
+        opts["speculative_config"] = speculative.parse_speculative_config(
+            opts["speculative_config"])
+        opts["engine_env"] = speculative.check_env(opts["engine_env"])
     except ValueError as error:
         raise PlanInputError(str(error)) from error
 
@@ -404,7 +427,8 @@ def _card(opts: dict[str, Any], topology: dict[str, Any]) -> tuple[float, str]:
     return nominal * GIB, f"nominal {nominal:g} GiB (no NVML figure: pass --health for it)"
 
 
-def hybrid_layout_bytes(dims: dict[str, Any], tp: int, element: int) -> dict[str, Any]:
+def hybrid_layout_bytes(dims: dict[str, Any], tp: int, element: int, spec_tokens: int = 0,
+                        drafter_layers: int = 0) -> dict[str, Any]:
     """How vLLM's hybrid KV-cache manager lays out a Gated DeltaNet hybrid, per GPU.
 
     - attention page for 1 token = 2 x kv heads per rank x head_dim x element
@@ -419,28 +443,40 @@ def hybrid_layout_bytes(dims: dict[str, Any], tp: int, element: int) -> dict[str
     - layers grouped by type in groups of min(full, linear) layers, all groups sharing one
       pool of `budget // page // group_size` blocks (v1/core/kv_cache_utils.py:1142-1176,
       935-952, 1291-1316).
+
+    With ``spec_tokens`` n speculative tokens (mtp.py) the conv state keeps kernel - 1 + n
+    positions (mamba_utils.py:220-241), each request holds 2 + n state blocks per linear group
+    in align mode (kv_cache_interface.py:588-590), and an MTP drafter's ``drafter_layers``
+    full-attention layers join the attention layers (they share the pool and its groups).
     """
     lin = dims["linear"]
     kv_heads = max(1, dims["num_key_value_heads"] // tp)
     attn_token = 2 * kv_heads * dims["head_dim"] * element
     conv_dim = (2 * lin["linear_num_key_heads"] * lin["linear_key_head_dim"]
                 + lin["linear_num_value_heads"] * lin["linear_value_head_dim"])
-    conv = conv_dim // tp * (lin["linear_conv_kernel_dim"] - 1) * 2
+    conv = conv_dim // tp * (lin["linear_conv_kernel_dim"] - 1 + spec_tokens) * 2
     ssm = (lin["linear_num_value_heads"] // tp * lin["linear_value_head_dim"]
            * lin["linear_key_head_dim"] * lin["ssm_state_bytes"])
     state = conv + ssm
     align = BLOCK_TOKENS  # FLASH_ATTN_V100/Triton kernel block alignment 16, cache.py:46
     block = align * -(-state // (align * attn_token))
-    full, linear = lin["full_attention_layers"], lin["linear_layers"]
+    full, linear = lin["full_attention_layers"] + drafter_layers, lin["linear_layers"]
     group = min(full, linear)
     if max(full, linear) < group * 1.5:
         group = max(full, linear)
+    linear_groups = -(-linear // group)
+    state_blocks = linear_groups * (MAMBA_ALIGN_BLOCKS_PER_REQUEST + spec_tokens)
     return {"attention_bytes_per_token": attn_token, "conv_state_bytes": conv,
             "ssm_state_bytes": ssm, "state_bytes": state, "block_size": block,
             "page_bytes": block * attn_token, "group_size": group,
-            "full_groups": -(-full // group), "linear_groups": -(-linear // group),
+            "full_groups": -(-full // group), "linear_groups": linear_groups,
+            "attention_layers": full, "speculative_tokens": spec_tokens,
+            # One copy of every linear layer's state ...
             "state_bytes_per_sequence": state * linear,
-            "state_blocks_per_sequence": -(-linear // group) * MAMBA_ALIGN_BLOCKS_PER_REQUEST}
+            # ... and what a request holds in align mode: 2 + n blocks per linear group, each
+            # block a page in every layer of the group (padding included).
+            "state_bytes_held_per_sequence": state_blocks * block * attn_token * group,
+            "state_blocks_per_sequence": state_blocks}
 
 
 def rotary_cache_bytes(dims: dict[str, Any]) -> int:
@@ -450,24 +486,43 @@ def rotary_cache_bytes(dims: dict[str, Any]) -> int:
     return int(rope["bytes"]) if isinstance(rope, dict) else 0
 
 
+def loaded_weight_bytes(ctx: dict[str, Any], tp: int) -> dict[str, int]:
+    """weight_bytes of the tensors the engine loads at this TP; an MTP drafter that does not
+    share the target's embedding and lm_head (VLLM_QWEN35_MTP_SHARE_IO_WEIGHTS=0,
+    qwen3_5_mtp.py:483-485, 515-528) loads them a second time."""
+    weights = weight_bytes(ctx["tensors"], tp, ctx["dims"]["num_key_value_heads"],
+                           ctx["resident"]["block_scale_factor"])
+    spec = ctx.get("speculation")
+    if spec and spec["drafter_weights"] and not spec["share_io"]:
+        extra = weights["embeddings_per_gpu"]
+        weights.update(per_gpu=weights["per_gpu"] + extra,
+                       embeddings_per_gpu=weights["embeddings_per_gpu"] + extra,
+                       total=weights["total"] + extra * tp)
+    return weights
+
+
 def memory_budget(ctx: dict[str, Any], tp: int | None = None, util: float | None = None,
                   element: int | None = None, weights: int | None = None,
-                  max_num_seqs: int | None = None) -> dict[str, Any]:
+                  max_num_seqs: int | None = None,
+                  batched_tokens: int | None = None) -> dict[str, Any]:
     """Every term of the per-GPU budget for this plan (or a variant: another TP, utilization,
-    KV element size, weight figure or --max-num-seqs), as vLLM's worker computes it."""
+    KV element size, weight figure, --max-num-seqs or --max-num-batched-tokens), as vLLM's
+    worker computes it."""
     tp = ctx["tp"] if tp is None else tp
     util = ctx["util"] if util is None else util
     element = ctx["element"] if element is None else element
     seqs = ctx["max_num_seqs"] if max_num_seqs is None else max_num_seqs
     opts, dims = ctx["opts"], ctx["dims"]
+    batched = int(opts["max_num_batched_tokens"]) if batched_tokens is None else batched_tokens
+    spec = ctx.get("speculation")
+    spec_tokens = spec["num_speculative_tokens"] if spec else 0
+    drafter_layers = spec["drafter_attention_layers"] if spec else 0
     if weights is None:
-        weights = (ctx["weights"] if tp == ctx["tp"] else weight_bytes(
-            ctx["tensors"], tp, dims["num_key_value_heads"],
-            ctx["resident"]["block_scale_factor"]))["per_gpu"]
+        weights = (ctx["weights"] if tp == ctx["tp"] else loaded_weight_bytes(ctx, tp))["per_gpu"]
     total = ctx["card_bytes"]
     requested = math.ceil(total * util)
-    act = activation_peak(dims, tp, int(opts["max_num_batched_tokens"]), seqs,
-                          ctx["workspace"])
+    act = activation_peak(dims, tp, batched, seqs, ctx["workspace"],
+                          spec_tokens if dims.get("linear") else 0)
     rotary = rotary_cache_bytes(dims)
     non_torch = float(opts["non_torch_gib"]) * GIB
     graphs = float(opts["cuda_graph_gib"]) * GIB
@@ -475,7 +530,7 @@ def memory_budget(ctx: dict[str, Any], tp: int | None = None, util: float | None
     budget = (requested - weights - rotary - act["peak"] - non_torch
               - (graphs if graphs_inside else 0))
     outside = float(opts["cuda_context_gib"]) * GIB + (0 if graphs_inside else graphs)
-    kv_total, kv_gpu = kv_bytes_per_token(dims, element, tp)
+    kv_total, kv_gpu = kv_bytes_per_token(dims, element, tp, drafter_layers)
     result = {"total": total, "requested": requested, "weights": weights, "rotary": rotary,
               "activation": act, "non_torch": non_torch, "graphs": graphs,
               "graphs_inside": graphs_inside, "budget": budget, "outside": outside,
@@ -483,7 +538,7 @@ def memory_budget(ctx: dict[str, Any], tp: int | None = None, util: float | None
               "hybrid": None}
     length = ctx["length"]
     if dims.get("linear"):
-        layout = hybrid_layout_bytes(dims, tp, element)
+        layout = hybrid_layout_bytes(dims, tp, element, spec_tokens, drafter_layers)
         blocks = int(budget // layout["page_bytes"] // layout["group_size"]) if budget > 0 else 0
         per_request = (layout["full_groups"] * -(-length // layout["block_size"])
                        + layout["state_blocks_per_sequence"])
@@ -501,7 +556,8 @@ def memory_budget(ctx: dict[str, Any], tp: int | None = None, util: float | None
     return result
 
 
-def workload_seqs(ctx: dict[str, Any], memory: dict[str, Any]) -> tuple[int, str]:
+def workload_seqs(ctx: dict[str, Any], memory: dict[str, Any],
+                  chosen: int | None = None) -> tuple[int, str]:
     """--max-num-seqs for the typical request (not only the full-length worst case): as many
     typical requests as the KV cache (and, for hybrids, the state blocks) holds at once, capped
     by the engine's default (256 on cards under 70 GiB) and by --max-num-batched-tokens (vLLM
@@ -520,9 +576,63 @@ def workload_seqs(ctx: dict[str, Any], memory: dict[str, Any]) -> tuple[int, str
     else:
         fit = memory["tokens"] // typical
         what = f"{memory['tokens']:,} KV tokens / {typical}-token requests = {fit}"
-    seqs = max(1, min(cap, fit))
+    seqs = max(1, min(cap, fit)) if chosen is None else chosen
     return seqs, (f"{what}; engine cap {cap}: --max-num-seqs {seqs} (full-length "
                   f"{ctx['length']}: {memory['concurrency']})")
+
+
+def size_max_num_seqs(ctx: dict[str, Any]) -> str:
+    """Set ctx["max_num_seqs"] to the largest value whose own plan still holds that many typical
+    requests (the sampler pass it profiles shrinks the KV cache as it grows, so the figure is a
+    fixed point; the typical requests that fit only fall as it rises: a bisection finds it).
+    Returns the reason the plan prints."""
+    cap = min(ENGINE_MAX_NUM_SEQS, int(ctx["opts"]["max_num_batched_tokens"]))
+
+    def holds(seqs: int) -> bool:
+        ctx["max_num_seqs"] = seqs
+        return workload_seqs(ctx, memory_budget(ctx))[0] >= seqs
+
+    low, high = 1, cap
+    while low < high:
+        middle = (low + high + 1) // 2
+        if holds(middle):
+            low = middle
+        else:
+            high = middle - 1
+    ctx["max_num_seqs"] = low
+    return workload_seqs(ctx, memory_budget(ctx), chosen=low)[1]
+
+
+def _hybrid_limit_problems(ctx: dict[str, Any], memory: dict[str, Any]) -> list[str]:
+    """What the fork refuses at startup for this hybrid plan (hybrid_limits.py): a block above
+    --max-num-batched-tokens, --max-num-seqs above the pool's Mamba cache blocks."""
+    hybrid = memory["hybrid"]
+    if not hybrid or ctx["opts"]["engine"] != "1cat-vllm":
+        return []
+    auto_block = None
+    if ctx["element"] != KV_CACHE_DTYPE_BYTES["auto"]:
+        spec = ctx["speculation"]
+        auto_block = hybrid_layout_bytes(
+            ctx["dims"], ctx["tp"], KV_CACHE_DTYPE_BYTES["auto"],
+            spec["num_speculative_tokens"] if spec else 0,
+            spec["drafter_attention_layers"] if spec else 0)["block_size"]
+    found = [block_problem(hybrid["block_size"], int(ctx["opts"]["max_num_batched_tokens"]),
+                           ctx["opts"]["kv_cache_dtype"], auto_block),
+             mamba_blocks_problem(ctx["max_num_seqs"], hybrid["num_blocks"])]
+    return [problem for problem in found if problem]
+
+
+def _speculation_summary(ctx: dict[str, Any]) -> dict[str, Any] | None:
+    """The plan's `speculation` key: what the engine will speculate and what it costs per GPU."""
+    spec = ctx["speculation"]
+    if not spec:
+        return None
+    drafter = {name: t for name, t in ctx["tensors"].items() if name.startswith("mtp.")}
+    drafter_bytes = weight_bytes(drafter, ctx["tp"], ctx["dims"]["num_key_value_heads"],
+                                 ctx["resident"]["block_scale_factor"])["per_gpu"]
+    if spec["drafter_weights"] and not spec["share_io"]:
+        drafter_bytes += ctx["weights"]["embeddings_per_gpu"] // 2
+    return {**spec, "drafter_weight_bytes_per_gpu": drafter_bytes}
 
 
 def max_utilization(ctx: dict[str, Any]) -> float:
@@ -552,13 +662,15 @@ def _check_hybrid(model_dir: str, dims: dict[str, Any]) -> None:
 
 
 def loaded_tensors(tensors: dict[str, Tensor], dims: dict[str, Any],
-                   language_only: bool) -> dict[str, Tensor]:
+                   language_only: bool, mtp: bool = False) -> dict[str, Tensor]:
     """The checkpoint tensors the engine loads: Qwen3.5's loader skips the MTP head
-    (skip_prefixes=["mtp."], models/qwen3_5.py:950-953) and --language-model-only leaves the
-    vision tower out (config/multimodal.py:312-316: every modality limit 0)."""
+    (skip_prefixes=["mtp."], models/qwen3_5.py:950-953), which only an MTP drafter loads
+    (qwen3_5_mtp.py load_weights maps mtp.* to its own layers), and --language-model-only
+    leaves the vision tower out (config/multimodal.py:312-316: every modality limit 0)."""
     if not dims.get("linear"):
         return tensors
-    skipped = ("mtp.",) + (("model.visual.", "visual.") if language_only else ())
+    skipped = (() if mtp else ("mtp.",)) + (("model.visual.", "visual.") if language_only
+                                           else ())
     return {name: t for name, t in tensors.items() if not name.startswith(skipped)}
 
 
@@ -604,16 +716,23 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         problems.append("--kv-cache-dtype fp8_e5m2 is rejected for checkpoints that carry a "
                         "kv_cache_scheme (1Cat-vLLM issue #489): use --kv-cache-dtype auto")
 
+    # Speculative decoding from the flags and environment the server gets (mtp.py).
+    facts = speculative.model_facts(load_json(os.path.join(model_dir, "config.json"), True) or {})
+    spec_info = speculative.resolve(opts["speculative_config"], opts["engine_env"], facts,
+                                    opts["engine"], capability, bool(dims.get("linear")))
+    problems.extend(spec_info["problems"])
+    warnings.extend(spec_info["warnings"])
+    speculation = spec_info["speculation"]
+
     resident = resident_rule(opts["engine"], str(opts["engine_version"]), info["quant_format"])
     language_only = bool(dims.get("linear")) and bool(dims.get("multimodal")) \
         and opts["engine"] == "1cat-vllm"
-    tensors = loaded_tensors(info["tensors"], dims, language_only)
-    weights = weight_bytes(tensors, tp, dims["num_key_value_heads"],
-                           resident["block_scale_factor"])
+    drafter = bool(speculation and speculation["drafter_weights"])
+    tensors = loaded_tensors(info["tensors"], dims, language_only, mtp=drafter)
     backend = _attention_backend(opts["engine"], dims["head_dim"], capability)
     ctx: dict[str, Any] = {
         "opts": opts, "dims": dims, "info": info, "tp": tp, "length": length, "util": util,
-        "card_bytes": card_bytes, "weights": weights, "resident": resident,
+        "card_bytes": card_bytes, "resident": resident, "speculation": speculation,
         "element": KV_CACHE_DTYPE_BYTES[opts["kv_cache_dtype"]], "kv_quantized": kv_quantized,
         # 1Cat turns the CUDA-graph estimate off for FLASH_ATTN_V100 (config/vllm.py:1451-1456):
         # graphs are captured after the KV cache is allocated, outside the requested share.
@@ -623,19 +742,16 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         # 1Cat's SM70 TurboMind NVFP4 GEMMs allocate a per-stream workspace (calibration.py).
         "workspace": TURBOMIND_WORKSPACE_BYTES if resident["block_scale_factor"] == 2 else 0,
     }
+    weights = ctx["weights"] = loaded_weight_bytes(ctx, tp)
     seqs_reason = f"--max-num-seqs {ctx['max_num_seqs']} (given)"
     if opts["max_num_seqs"] is None:
-        # Size the sampler for the engine cap first, then shrink to what the workload needs;
-        # each pass can only lower the figure (a smaller sampler leaves more KV cache).
-        for _ in range(4):
-            seqs, seqs_reason = workload_seqs(ctx, memory_budget(ctx))
-            if seqs == ctx["max_num_seqs"]:
-                break
-            ctx["max_num_seqs"] = seqs
+        seqs_reason = size_max_num_seqs(ctx)
     memory = memory_budget(ctx)
-    if memory["hybrid"] and ctx["max_num_seqs"] > max(1, memory["hybrid"]["state_slots"]):
+    problems.extend(_hybrid_limit_problems(ctx, memory))
+    hybrid = memory["hybrid"]
+    if hybrid and max(1, hybrid["state_slots"]) < ctx["max_num_seqs"] <= hybrid["num_blocks"]:
         warnings.append(f"--max-num-seqs {ctx['max_num_seqs']} exceeds the "
-                        f"{memory['hybrid']['state_slots']} requests whose state blocks fit: "
+                        f"{hybrid['state_slots']} requests whose state blocks fit: "
                         "the scheduler will queue the rest")
     ctx.update(memory=memory, budget=memory["budget"], max_tokens=memory["tokens"],
                concurrency=memory["concurrency"], kv_gpu=memory["kv_gpu"])
@@ -670,6 +786,7 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         "max_concurrency_at_max_model_len": memory["concurrency"],
         "max_num_seqs_reason": seqs_reason,
         "hybrid": memory["hybrid"],
+        "speculation": _speculation_summary(ctx),
         "calibration": calibration_table(),
         "fits": fits,
         "fit_reason": fit_reason,
@@ -682,6 +799,9 @@ def plan_model(model_dir: str, health: Any = None, **options: Any) -> dict[str, 
         "prefix_caching": caching["enabled"],
         "inputs": {**{k: opts[k] for k in (*DEFAULTS, *WORKLOAD_DEFAULTS)},
                    "max_num_seqs": ctx["max_num_seqs"],
+                   # Only the variables the plan reads: the rest of the server's environment
+                   # is none of the plan's business (and is not echoed into play output).
+                   "engine_env": spec_info["env_read"],
                    "health": topology},
         "dims": dims,
         "memory_per_gpu": {
@@ -777,8 +897,12 @@ def _suggestions(ctx: dict[str, Any]) -> tuple[list[str], bool]:
     if ctx["fits"] and concurrency >= FEW_SEQUENCES:
         return tips, False
     fp8_allowed = ctx["element"] == 2 and not ctx["kv_quantized"]
+    # A hybrid's fp8 block is twice as many tokens: above --max-num-batched-tokens the fork
+    # refuses it (hybrid_limits.py), so fp8 comes with the step that holds the block.
+    fp8_batched = _fp8_batched_tokens(ctx) if fp8_allowed else None
     best_util = max(ctx["util"], max_utilization(ctx))
-    best = memory_budget(ctx, util=best_util, element=1 if fp8_allowed else ctx["element"])
+    best = memory_budget(ctx, util=best_util, element=1 if fp8_allowed else ctx["element"],
+                         batched_tokens=fp8_batched)
     # "Nothing fits": even at the highest utilization the headroom allows, with the cheapest
     # KV cache, not one sequence of min(max-model-len, 2048) tokens fits.
     nothing_fits = best["tokens"] < min(length, 2048)
@@ -803,8 +927,11 @@ def _suggestions(ctx: dict[str, Any]) -> tuple[list[str], bool]:
         tips.append(f"only {concurrency} full-length sequence(s) fit: --max-model-len {half} "
                     f"gives room for {max_tokens // half}")
     if fp8_allowed:
-        doubled = memory_budget(ctx, element=1)["tokens"]
-        tips.append(f"--kv-cache-dtype fp8_e5m2 halves the KV cache per token: "
+        doubled = memory_budget(ctx, element=1, batched_tokens=fp8_batched)["tokens"]
+        step = "" if fp8_batched is None else (
+            f" with --max-num-batched-tokens {fp8_batched} (the fp8 hybrid block is "
+            f"{fp8_batched:,} tokens and align mode needs the step to hold it)")
+        tips.append(f"--kv-cache-dtype fp8_e5m2{step} halves the KV cache per token: "
                     f"{doubled // length} sequence(s) of {length} tokens ({doubled} tokens)")
     elif ctx["kv_quantized"]:
         tips.append("--kv-cache-dtype fp8_e5m2 is not an option: the checkpoint carries a "
@@ -812,6 +939,18 @@ def _suggestions(ctx: dict[str, Any]) -> tuple[list[str], bool]:
     if not ctx["fits"]:
         tips.extend(_nvfp4_tip(ctx))
     return tips, False
+
+
+def _fp8_batched_tokens(ctx: dict[str, Any]) -> int | None:
+    """For a hybrid on the fork, the --max-num-batched-tokens an fp8_e5m2 KV cache needs when its
+    block (twice the tokens of a float16 one) exceeds the current step; None when it fits."""
+    if not ctx["dims"].get("linear") or ctx["opts"]["engine"] != "1cat-vllm":
+        return None
+    spec = ctx["speculation"]
+    block = hybrid_layout_bytes(ctx["dims"], ctx["tp"], KV_CACHE_DTYPE_BYTES["fp8_e5m2"],
+                                spec["num_speculative_tokens"] if spec else 0,
+                                spec["drafter_attention_layers"] if spec else 0)["block_size"]
+    return block if block > int(ctx["opts"]["max_num_batched_tokens"]) else None
 
 
 def _nothing_fits_tips(ctx: dict[str, Any]) -> list[str]:
@@ -831,6 +970,9 @@ def _nothing_fits_tips(ctx: dict[str, Any]) -> list[str]:
         if wider <= tp or ctx["dims"]["num_attention_heads"] % wider:
             continue
         wide = memory_budget(ctx, tp=wider)
+        if wide["hybrid"] and ctx["opts"]["engine"] == "1cat-vllm" and \
+                wide["hybrid"]["block_size"] > int(opts["max_num_batched_tokens"]):
+            continue  # the fork would refuse that block (hybrid_limits.py)
         if wide["tokens"] >= length:
             tips.append(f"--tensor-parallel-size {wider} over {wider} such GPUs: "
                         f"{gib(wide['weights'])} weights per GPU, room for "
@@ -879,6 +1021,9 @@ def _serve_args(ctx: dict[str, Any], topology: dict[str, Any], capability: int,
                         "(64/128/256): TRITON_ATTN chosen instead")
     if opts["kv_cache_dtype"] != "auto":
         args["--kv-cache-dtype"] = opts["kv_cache_dtype"]
+    if opts["speculative_config"]:
+        args["--speculative-config"] = json.dumps(opts["speculative_config"],
+                                                  separators=(",", ":"))
     if ctx["language_only"]:
         args["--language-model-only"] = True
         notes.append("--language-model-only: a text-only server of a multimodal Qwen3.5 "
@@ -891,7 +1036,27 @@ def _serve_args(ctx: dict[str, Any], topology: dict[str, Any], capability: int,
             f"mamba_cache_mode align for it (engine/arg_utils.py:1769-1778); attention blocks "
             f"grow to {hybrid['block_size']} tokens so one page holds a layer's state "
             "(platforms/interface.py:641-690): no flag needed")
+    spec = ctx["speculation"]
+    if spec and dims.get("linear"):
+        hybrid = ctx["memory"]["hybrid"]
+        n = spec["num_speculative_tokens"]
+        drafter = (f"; the MTP drafter adds {spec['drafter_attention_layers']} full-attention "
+                   f"layer(s) to the KV cache and loads the checkpoint's mtp.* weights "
+                   "(qwen3_5_mtp.py:155-172)" if spec["drafter_weights"] else "")
+        notes.append(
+            f"speculative decoding: {spec['method'] or 'method unset'} with {n} tokens from "
+            f"{spec['source']}: the conv state keeps kernel - 1 + {n} positions "
+            f"(mamba_utils.py:220-241) and each request holds 2 + {n} = "
+            f"{hybrid['state_blocks_per_sequence'] // hybrid['linear_groups']} state blocks per "
+            f"linear group (kv_cache_interface.py:588-590){drafter}")
     env: dict[str, str] = {}
+    if opts["engine"] == "1cat-vllm":
+        # The switches the plan read go to the server too, so the printed command is the one
+        # planned (the role's vllm_serve_env carries the same values).
+        env.update(speculative.check_env({k: v for k, v in opts["engine_env"].items()
+                                          if k in (*speculative.ENABLE_ENV,
+                                                   *speculative.DISABLE_ENV,
+                                                   speculative.SHARE_IO_ENV)}))
     volta = 70 <= capability < 75
     if tp > 1 and (volta or topology["disable_custom_all_reduce"]):
         args["--disable-custom-all-reduce"] = True
