@@ -147,6 +147,12 @@ options:
     description: The torch requirement the lock must pin (empty skips that check).
     type: str
     default: ""
+  torch_index_url:
+    description:
+      - The index torch comes from. Its last path segment (cu128, cpu...) is the local label
+        the locked torch must carry (empty skips that check).
+    type: str
+    default: ""
 notes:
   - Check mode is supported; the module never changes the node.
 """
@@ -257,6 +263,7 @@ def main() -> None:
             "requirements_lock": {"type": "str", "default": ""},
             "requirements_lock_name": {"type": "str", "default": "the requirements lock"},
             "torch_spec": {"type": "str", "default": ""},
+            "torch_index_url": {"type": "str", "default": ""},
         },
         required_together=[("model_path", "served_model_name")],
         supports_check_mode=True,
@@ -298,7 +305,8 @@ def main() -> None:
     problems += key_problems(p["keys"])
     problems += open_path_problems(p["open_paths"])
     if p["requirements_lock"].strip() or p["requirements_lock_name"] != "the requirements lock":
-        problems += check_lock(p["requirements_lock"], p["requirements_lock_name"], p["torch_spec"])
+        problems += check_lock(p["requirements_lock"], p["requirements_lock_name"], p["torch_spec"],
+                               p["torch_index_url"])
     published: dict = {}
     if p["bind_address"]:
         published, wrong = exposure(p["bind_address"], p["publish_port"])

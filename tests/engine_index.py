@@ -11,6 +11,7 @@ import base64
 import hashlib
 import html
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -59,8 +60,10 @@ def build_wheel(out: Path, name: str, version: str, requires: list[str] = (),
 class Index:
     """A folder served as a simple index at `url` (http://127.0.0.1:PORT/simple)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, prefix: str = "simple") -> None:
+        """`prefix`: the index's path, e.g. "whl/cu128" for a torch index's layout."""
         self.root = root
+        self.prefix = prefix.strip("/")
         self.files = root / "files"
         self.files.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -69,26 +72,42 @@ class Index:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/simple"
+        return f"http://127.0.0.1:{self.port}/{self.prefix}"
 
     def add(self, wheel: Path) -> None:
         target = self.files / wheel.name
         target.write_bytes(wheel.read_bytes())
         self.write_pages()
 
+    def add_sdist(self, name: str, version: str) -> Path:
+        """A source distribution only (a tarball named as sdists are; never built here)."""
+        target = self.files / f"{name.replace('-', '_')}-{version}.tar.gz"
+        target.write_bytes(f"{name} {version} source\n".encode())
+        self.write_pages()
+        return target
+
+    def remove(self, filename: str) -> None:
+        """The index loses a file (and its link), as an index that yanks or prunes one."""
+        (self.files / filename).unlink()
+        for page in (self.root / self.prefix).glob("*/index.html"):
+            shutil.rmtree(page.parent)
+        self.write_pages()
+
     def write_pages(self) -> None:
         projects: dict[str, list[Path]] = {}
-        for wheel in sorted(self.files.glob("*.whl")):
-            projects.setdefault(str(canonicalize_name(wheel.name.split("-")[0])), []).append(wheel)
-        simple = self.root / "simple"
-        simple.mkdir(exist_ok=True)
+        for dist in sorted([*self.files.glob("*.whl"), *self.files.glob("*.tar.gz")]):
+            name = dist.name.split("-")[0]
+            projects.setdefault(str(canonicalize_name(name)), []).append(dist)
+        simple = self.root / self.prefix
+        simple.mkdir(parents=True, exist_ok=True)
+        up = "../" * (self.prefix.count("/") + 2)
         (simple / "index.html").write_text("<!DOCTYPE html><html><body>" + "".join(
             f'<a href="{p}/">{p}</a>' for p in sorted(projects)) + "</body></html>\n")
         for project, wheels in projects.items():
             page = simple / project
             page.mkdir(exist_ok=True)
             links = "".join(
-                f'<a href="../../files/{html.escape(w.name)}#sha256='
+                f'<a href="{up}files/{html.escape(w.name)}#sha256='
                 f'{hashlib.sha256(w.read_bytes()).hexdigest()}">{html.escape(w.name)}</a><br>'
                 for w in wheels)
             (page / "index.html").write_text(f"<!DOCTYPE html><html><body>{links}</body></html>\n")

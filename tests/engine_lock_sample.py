@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-from onecat.engine import registry
+from onecat.engine import lockfile, registry
 
 
 def valid_lock() -> dict:
@@ -22,10 +22,12 @@ def valid_lock() -> dict:
         "base": {"image": "nvidia/cuda:12.8.1-runtime-ubuntu24.04", "registry": "https://r",
                  "digest": digest, "index_digest": digest, "manifest_digest": "sha256:" + "e" * 64,
                  "media_type": registry.OCI_INDEX, "platform": "linux/amd64",
-                 "config_digest": "sha256:" + "f" * 64},
+                 "config_digest": "sha256:" + "f" * 64, "apt_snapshot": "20261204T200000Z"},
         "requirements": {"python_version": "3.12", "python_platform": "x86_64-manylinux_2_28",
                          "torch": "torch==2.10.0", "index_url": "https://i",
                          "extra_index_urls": [], "lock": text,
-                         "sha256": hashlib.sha256(text.encode()).hexdigest()},
+                         "sha256": hashlib.sha256(text.encode()).hexdigest(),
+                         "policy": lockfile.POLICY, "torch_variant": "", "torch_family": ["torch"],
+                         "index_of": {"alpha": "https://i", "torch": "https://i"}},
         "tools": {"uv": "0.13.9", "onecat": "0.1.0"},
     }

@@ -33,7 +33,8 @@ def register(subparsers: Any) -> None:
         "lock", help="make (or reuse, or --check) the engine lock file",
         description="Fetch the release wheel into the controller cache and verify its SHA256, "
         "resolve its Requires-Dist (markers evaluated for CPython 3.12 on x86_64 manylinux) "
-        "with torch through uv into hash-pinned requirements, and read the base image's "
+        "with torch through uv into hash-pinned requirements (the torch family only from the "
+        "torch index, wheels only, no UV_* setting), and read the base image's "
         "digests from its registry (HTTP API v2; no Docker). Writes one JSON file, reused "
         "while its inputs are the same. Defaults come from roles/vllm_serve/defaults/main.yml.",
         epilog="Exit status: 0 written, reused or checked clean; 1 --check found drift (each "
@@ -53,11 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "role's vllm_serve_wheel_sha256s entry for the release)")
     parser.add_argument("--torch", metavar="SPEC", help="torch requirement locked with the "
                         "wheel's (default: vllm_serve_image_torch_spec; '' for none)")
-    parser.add_argument("--index-url", metavar="URL", help="first index, e.g. a mirror of "
-                        "torch's (default: vllm_serve_image_torch_index_url, then PyPI as extra)")
+    parser.add_argument("--index-url", metavar="URL", help="the torch index (or a mirror of "
+                        "it): the torch family comes only from it (default: "
+                        "vllm_serve_image_torch_index_url, with PyPI for everything else)")
     parser.add_argument("--extra-index-url", metavar="URL", action="append",
-                        help="further index (repeatable); with --index-url and no "
-                        "--extra-index-url only --index-url is used")
+                        help="index for everything else (repeatable, in priority order; the "
+                        "last is uv's default index); with --index-url and no "
+                        "--extra-index-url, --index-url serves everything")
     parser.add_argument("--base", metavar="IMAGE", help="base image reference, REPO:TAG "
                         "(default: vllm_serve_image_base)")
     parser.add_argument("--registry-mirror", metavar="URL", default="",

@@ -19,11 +19,13 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from onecat import __version__ as onecat_version
+from onecat.serve.image_ref import torch_variant as variant
 from onecat.text import one_line
 
-from . import lockfile, registry, resolve, wheel
+from . import lockfile, registry, resolve, simple, verify, wheel
 from .defaults import ENGINE
 from .errors import EngineLockError
+from .indexes import Layout
 from .target import IMAGE, Target
 
 
@@ -46,17 +48,35 @@ class Inputs:
 
         What is pinned, not where it came from: the wheel's URL and the indexes may be mirrors
         (an air-gapped fleet points them elsewhere) and the hashes still hold."""
+        requirements = lock["requirements"]
         recorded = {
             "engine_version": lock["engine_version"], "wheel_sha256": lock["wheel"]["sha256"],
-            "base": lock["base"]["image"], "torch": lock["requirements"]["torch"],
+            "base": lock["base"]["image"], "torch": requirements["torch"],
+            # The torch index's build variant (cu128, cu126, cpu) is what torch is built for,
+            # not where it is mirrored: another variant is another lock.
+            "torch_variant": requirements.get(
+                "torch_variant", variant(Layout.of(requirements["index_url"],
+                                                   requirements["extra_index_urls"]).torch_index)),
         }
-        mine = {key: getattr(self, key) for key in recorded}
+        mine = {key: getattr(self, key) for key in recorded if key != "torch_variant"}
         mine["wheel_sha256"] = self.wheel_sha256.lower()
+        mine["torch_variant"] = self.torch_variant
         found = [f"{key}: the lock has {recorded[key]!r}, asked for {mine[key]!r}"
                  for key in recorded if recorded[key] != mine[key]]
         if "config_digest" not in lock["base"]:  # a tarball base is pinned by it
             found.append("base: the lock has no config digest (made by an older onecat)")
+        if requirements.get("policy") != lockfile.POLICY:
+            found.append(f"requirements: resolved under other rules than {lockfile.POLICY!r} "
+                         "(made by an older onecat)")
         return found
+
+    @property
+    def layout(self) -> Layout:
+        return Layout.of(self.index_url, self.extra_index_urls)
+
+    @property
+    def torch_variant(self) -> str:
+        return variant(self.layout.torch_index)
 
 
 @dataclass
@@ -131,25 +151,33 @@ def make(inputs: Inputs, target: Target = IMAGE) -> tuple[dict[str, Any], Stats]
     fetched, requirements = _wheel_requirements(inputs, target, stats,
                                                 inputs.cache_dir / "wheels")
     wanted = ([torch] if torch else []) + requirements
-    resolved = resolve.resolve(wanted, target, inputs.index_url, list(inputs.extra_index_urls),
-                               inputs.cache_dir / "uv")
-    stats.resolve_seconds, stats.resolver_runs = resolved.seconds, 1
+    resolved = resolve.resolve(wanted, target, inputs.layout, simple.hosts,
+                               inputs.cache_dir / "uv", torch_spec=torch)
+    stats.resolve_seconds, stats.resolver_runs = resolved.seconds, resolved.runs
+    lockfile.check_torch_pin(resolved.text, "the new lock", torch, inputs.torch_variant)
     base = _base(inputs, inputs.base, stats)
     # uv writes nothing for nothing to install; the lock says so, so that it is never empty.
     text = resolved.text or "# nothing to install besides the wheel: it requires nothing\n"
+    now = datetime.datetime.now(datetime.UTC)
     lock = {
         "schema": lockfile.SCHEMA, "engine": ENGINE, "engine_version": inputs.engine_version,
-        "created_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "wheel": {"url": inputs.wheel, "filename": fetched.path.name, "sha256": fetched.sha256,
                   "size": fetched.size, "requires_dist": requirements},
         "base": {"image": inputs.base, "registry": base.registry, "digest": base.digest,
                  "index_digest": base.index_digest, "manifest_digest": base.manifest_digest,
                  "media_type": base.media_type, "platform": base.platform,
-                 "config_digest": base.config_digest},
+                 "config_digest": base.config_digest,
+                 # The distribution's archive as it was when the lock was made (Ubuntu's and
+                 # Debian's snapshot services): the Python a base without one gets is pinned.
+                 "apt_snapshot": now.strftime(lockfile.SNAPSHOT_FORMAT)},
         "requirements": {"python_version": target.python, "python_platform": target.uv_platform,
                          "torch": inputs.torch, "index_url": inputs.index_url,
                          "extra_index_urls": list(inputs.extra_index_urls),
-                         "lock": text, "sha256": lockfile.text_sha256(text)},
+                         "lock": text, "sha256": lockfile.text_sha256(text),
+                         "policy": lockfile.POLICY, "torch_variant": inputs.torch_variant,
+                         "torch_family": list(resolved.routed),
+                         "index_of": dict(sorted(resolved.index_of.items()))},
         "tools": {"uv": resolved.uv_version, "onecat": onecat_version},
     }
     return lockfile.validate(lock, "the new lock"), stats
@@ -185,10 +213,13 @@ def check(inputs: Inputs, path: Path, given: set[str], target: Target = IMAGE) -
     """What drifted between the lock at `path` and the wheel and registry now.
 
     The wheel is downloaded again (not the cached copy), its requirements compared, the base
-    tag's digests read again; `given` names the inputs asked for explicitly, compared too.
+    tag's digests read again, every locked file looked up again on the index it came from (a
+    file the index no longer serves fails the build with a 404); `given` names the inputs asked
+    for explicitly, compared too, and the torch index's variant always is.
     """
     lock = lockfile.load(path)
-    drift = [d for d in inputs.differences(lock) if d.split(":", 1)[0] in given]
+    drift = [d for d in inputs.differences(lock)
+             if d.split(":", 1)[0] in given | {"torch_variant", "requirements"}]
     stats = Stats()
     recorded = Inputs(lock["engine_version"], lock["wheel"]["url"], "", lock["base"]["image"],
                       lock["requirements"]["torch"], lock["requirements"]["index_url"],
@@ -216,4 +247,5 @@ def check(inputs: Inputs, path: Path, given: set[str], target: Target = IMAGE) -
         if key in lock["base"] and getattr(base, key) != lock["base"][key]:
             drift.append(f"base: {lock['base']['image']} {key} is now {getattr(base, key)} "
                          f"at {base.registry}, the lock pins {lock['base'][key]}")
+    drift += verify.locked_files(lock)
     return Outcome("checked", path, lock, stats, drift)

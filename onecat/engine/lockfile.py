@@ -9,7 +9,11 @@
      "tools": {"uv", "onecat"}, "created_at"}
 
 `base.config_digest` (the linux/amd64 manifest's config blob) came later: a lock without it
-still parses, and serves every base but one carried in as a tarball.
+still parses, and serves every base but one carried in as a tarball. So did `base.apt_snapshot`
+(the distribution archive's snapshot the image's Python comes from) and, in `requirements`,
+`policy` (the resolution rules, resolve.py), `torch_variant` (cu128...), `torch_family` (the
+names pinned to the torch index) and `index_of` (each package's index): a lock without them
+parses and is made again.
 `requirements.lock` is the text `pip install --require-hashes` reads; its sha256 is kept
 beside it so an edit by hand is caught, and every line must pin `==` with a hash.
 """
@@ -29,6 +33,16 @@ from onecat.serve.image_ref import check_lock
 from .errors import EngineLockError
 
 SCHEMA = 1
+# The resolution rules a lock was made under (resolve.py); a lock made under others is remade.
+POLICY = "explicit torch index, first-index, wheels only"
+# Ubuntu's and Debian's snapshot services name an archive state so (APT::Snapshot).
+SNAPSHOT_FORMAT = "%Y%m%dT%H%M%SZ"
+SNAPSHOT = re.compile(r"^\d{8}T\d{6}Z$")
+# Fields added after schema 1 was first written: optional, typed when present.
+OPTIONAL: dict[str, dict[str, type]] = {
+    "base": {"apt_snapshot": str},
+    "requirements": {"policy": str, "torch_variant": str, "torch_family": list, "index_of": dict},
+}
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
@@ -80,13 +94,31 @@ def validate(data: Any, name: str) -> dict[str, Any]:
         raise EngineLockError(f"{name}: base.config_digest {config!r} is not sha256:<64 hex>")
     if base["digest"] not in (base["index_digest"], base["manifest_digest"]):
         raise EngineLockError(f"{name}: base.digest is neither the index nor the manifest digest")
+    for section, fields in OPTIONAL.items():
+        for key, kind in fields.items():
+            if key in data[section] and not isinstance(data[section][key], kind):
+                raise EngineLockError(f"{name}: {section}.{key} is not a {kind.__name__}")
+    if not all(isinstance(item, str) for item in req.get("torch_family", [])) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in req.get("index_of", {}).items()):
+        raise EngineLockError(f"{name}: requirements.torch_family or index_of holds something "
+                              "that is not a string")
+    snapshot = base.get("apt_snapshot", "")
+    if snapshot and not SNAPSHOT.match(snapshot):
+        raise EngineLockError(f"{name}: base.apt_snapshot {snapshot!r} is not YYYYMMDDTHHMMSSZ")
     if text_sha256(req["lock"]) != req["sha256"]:
         raise EngineLockError(f"{name}: requirements.lock was edited (its sha256 is not "
                               "requirements.sha256): make the lock again with onecat engine lock")
-    problems = check_lock(req["lock"], f"{name} requirements.lock", req["torch"])
+    check_torch_pin(req["lock"], f"{name} requirements.lock", req["torch"],
+                    req.get("torch_variant", ""))
+    return data
+
+
+def check_torch_pin(text: str, name: str, torch_spec: str, variant: str) -> None:
+    """Every line pinned by hash, torch pinned as asked and built for the index's variant."""
+    index = f"https://index/{variant}" if variant else ""
+    problems = check_lock(text, name, torch_spec, index)
     if problems:
         raise EngineLockError(problems[0])
-    return data
 
 
 def load(path: Path) -> dict[str, Any]:

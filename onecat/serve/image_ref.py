@@ -81,7 +81,51 @@ def lock_requirements(text: str) -> list[str]:
     return lines
 
 
-def check_lock(text: str, name: str, torch_spec: str = "") -> list[str]:
+# The build variant a torch index serves, from its last path segment (download.pytorch.org's
+# whl/cu128, whl/cpu, whl/rocm6.4, whl/xpu; a mirror keeps the segment).
+_TORCH_VARIANT = re.compile(r"^(cu\d+|cpu|rocm\d+(\.\d+)*|xpu)$")
+
+
+def torch_variant(index_url: str) -> str:
+    """The local version label (`cu128`, `cpu`...) torch from this index carries, or ""."""
+    path = re.sub(r"[?#].*$", "", re.sub(r"^[a-z+]+://[^/]*", "", (index_url or "").strip()))
+    last = path.rstrip("/").rsplit("/", 1)[-1]
+    return last if _TORCH_VARIANT.match(last) else ""
+
+
+def _release(version: str) -> tuple[tuple[int, ...], str, str]:
+    """PEP 440 as far as `==` needs it (stdlib: this file ships to nodes): the release numbers
+    without trailing zeros (2.10 == 2.10.0), the rest of the public version, the local label."""
+    public, _, local = version.strip().lower().partition("+")
+    match = re.match(r"^v?(\d+(?:\.\d+)*)(.*)$", public)
+    if not match:
+        return (), public, local
+    numbers = [int(n) for n in match.group(1).split(".")]
+    while len(numbers) > 1 and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers), match.group(2), local
+
+
+def torch_pin_problem(pinned: str, torch_spec: str, variant: str = "") -> str:
+    """Why `pinned` (a version) does not satisfy `torch==V` and the index's variant, or "".
+
+    A prefix match is not enough: `torch==2.1` must not accept 2.10.0, and `torch==2.10.0`
+    from a cu128 index must not accept 2.10.0+cpu (a CPU build locked by a resolver that
+    guessed the backend)."""
+    spec = re.match(r"^\s*torch\s*===?\s*([^\s;,*]+)\s*$", torch_spec or "")
+    have = _release(pinned)
+    if spec:
+        want = _release(spec.group(1))
+        if have[:2] != want[:2] or (want[2] and have[2] != want[2]):
+            return f"torch=={pinned}, not {torch_spec.strip()!r}"
+    if variant and have[2] != variant:
+        found = f"+{have[2]}" if have[2] else "no local label"
+        return (f"torch=={pinned} ({found}), not the +{variant} build its index "
+                f"(.../{variant}) serves")
+    return ""
+
+
+def check_lock(text: str, name: str, torch_spec: str = "", torch_index_url: str = "") -> list[str]:
     """Problems of a requirements lock for `pip install --require-hashes`, one sentence each.
 
     pip refuses the same lock at build time; this names the line before anything is built."""
@@ -97,12 +141,14 @@ def check_lock(text: str, name: str, torch_spec: str = "") -> list[str]:
                             "requirement by hash (generate the lock with --generate-hashes)")
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[^=\s;]+", line):
             problems.append(f"{name}: {line.split()[0][:60]!r} is not pinned with ==")
-    torch = re.match(r"^\s*torch\s*==\s*([^\s;]+)", torch_spec or "")
     if torch_spec and torch_spec.strip():
         pinned = [line for line in requirements if re.match(r"^torch==", line, re.IGNORECASE)]
         if not pinned:
             problems.append(f"{name} does not pin torch (vllm_serve_image_torch_spec is "
                             f"{torch_spec!r}): regenerate the lock with torch in it")
-        elif torch and not pinned[0].split()[0].split("==", 1)[1].startswith(torch.group(1)):
-            problems.append(f"{name} pins {pinned[0].split()[0]!r}, not {torch_spec!r}")
+        else:
+            version = pinned[0].split()[0].split("==", 1)[1]
+            wrong = torch_pin_problem(version, torch_spec, torch_variant(torch_index_url))
+            if wrong:
+                problems.append(f"{name} pins {wrong}: regenerate the lock (onecat engine lock)")
     return problems

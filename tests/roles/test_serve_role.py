@@ -162,6 +162,52 @@ def test_dockerfile_pins_the_base_by_digest_and_installs_by_hash(rendered):
     assert "COPY requirements.txt onecat_standin_vllm-" in dockerfile
 
 
+def test_pip_takes_wheels_only(rendered):
+    # An sdist would be built in the image with unpinned, unhashed build tools.
+    assert "--only-binary=:all:" in _facts(rendered, "loopback")["pip"].split()
+
+
+def _python_step(dockerfile: str) -> str:
+    """The Dockerfile's RUN that installs Python when the base has none."""
+    lines = dockerfile.splitlines()
+    start = lines.index("RUN set -eu; \\")
+    end = next(i for i in range(start, len(lines)) if not lines[i].endswith("\\"))
+    return "\n".join(lines[start:end + 1])[len("RUN "):]
+
+
+def test_python_comes_from_the_locked_apt_snapshot_or_the_build_stops(rendered, wheel, tmp_path):
+    # The recipe is decided once per play (run_once): this node plays alone.
+    (tmp_path / "snapshot").mkdir()
+    host = _host(tmp_path / "snapshot", wheel, vllm_serve_image_apt_snapshot="20261201T000000Z")
+    data = run_playbook("serve_render.yml", {"snapshot": host}, tmp_path, check=False)
+    assert host_outcome(data, "snapshot")["failed_task"] is None, host_outcome(data, "snapshot")
+    pinned = (tmp_path / "snapshot.Dockerfile").read_text()
+    step = _python_step(pinned)
+    assert "--snapshot 20261201T000000Z" in step
+    assert "-o Dir::Etc::SourceParts=/tmp/onecat-apt" in step
+    # Without a snapshot in the lock (hand-set pins here) apt reads the archive as it is.
+    assert "--snapshot" not in _python_step(_read(rendered, "loopback", "Dockerfile"))
+    # This machine's apt (Debian 12, apt 2.6) has no --snapshot: the step must stop with the
+    # reason, not install an unpinned Python. The base has no Python: python3 fails here.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool, body in {"python3": "exit 1",
+                       "apt-get": f'echo "$@" >> {tmp_path}/apt.log'}.items():
+        (fake / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (fake / tool).chmod(0o755)
+    if shutil.which("dpkg-query") is None:
+        pytest.skip("dpkg-query is not installed")
+    proc = subprocess.run(["bash", "-c", step], capture_output=True, text=True, check=False,
+                          env={"PATH": f"{fake}:/usr/bin:/bin"}, timeout=60)
+    apt = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "apt"], capture_output=True,
+                         text=True, check=False).stdout
+    if subprocess.run(["dpkg", "--compare-versions", apt, "ge", "2.7"]).returncode == 0:
+        pytest.skip(f"apt {apt} here knows --snapshot")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "pins apt snapshot 20261201T000000Z, but this base's apt cannot use it" in proc.stderr
+    assert not (tmp_path / "apt.log").exists()
+
+
 def _pip(requirements: str, wheel: Path, tmp: Path, command: str) -> subprocess.CompletedProcess:
     work = tmp / "context"
     work.mkdir()
@@ -239,6 +285,9 @@ REFUSALS = {
                     "would publish the API on 10.0.0.5:8000 without an API key"),
     "unpinned": ({"vllm_serve_image_base_digest": "", "vllm_serve_image_requirements_lock": ""},
                  "image recipe of unpinned is not pinned: vllm_serve_image_base_digest is empty"),
+    "snapshot_shell": ({"vllm_serve_image_apt_snapshot": "20261201T000000Z; touch /x"},
+                       "vllm_serve_image_apt_snapshot \"20261201T000000Z; touch /x\" on "
+                       "snapshot_shell is not auto"),
     "lock_unhashed": ({"vllm_serve_image_requirements_lock": "LOCK"},
                       "'six==1.16.0' has no --hash=sha256:..."),
 }

@@ -5,16 +5,19 @@ from __future__ import annotations
 import copy
 import hashlib
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
 from onecat.cli import build_parser
-from onecat.engine import defaults, lockfile, registry, resolve, wheel
+from onecat.engine import defaults, indexes, lockfile, registry, resolve, wheel
 from onecat.engine.errors import EngineLockError
+from onecat.engine.indexes import Layout
 from onecat.engine.lock import Inputs
 from onecat.engine.target import IMAGE
+from onecat.serve.image_ref import torch_pin_problem, torch_variant
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine_lock_sample import valid_lock
@@ -168,12 +171,115 @@ def test_uv_failures_become_one_line():
         "http://127.0.0.1:9/simple/alpha/: Connection refused (os error 111))")
 
 
-def test_uv_is_asked_for_the_image_platform_with_hashes():
-    command = resolve.compile_command("uv", IMAGE, "https://t", ["https://p"], None)
+def test_uv_is_asked_for_the_image_platform_with_hashes_wheels_and_first_index():
+    layout = Layout.of("https://download.pytorch.org/whl/cu128", ["https://m", "https://p"])
+    command = resolve.compile_command("uv", IMAGE, layout, None)
     text = " ".join(command)
     assert "--generate-hashes" in command and "--no-python-downloads" in command
+    assert "--no-build" in command and "--emit-index-annotation" in command
     assert "--python-version 3.12 --python-platform x86_64-manylinux_2_28" in text
-    assert "--index-url https://t --extra-index-url https://p" in text
+    # uv ranks --index above --default-index; the torch index is in the input, explicit.
+    assert "--index-strategy first-index --resolution highest" in text
+    assert "--index https://m --default-index https://p" in text
+    assert "--index-url" not in text and "--extra-index-url" not in text
+    assert "cu128" not in text
+
+
+def test_the_generated_input_pins_the_torch_family_to_an_explicit_torch_index():
+    layout = Layout.of("https://download.pytorch.org/whl/cu128", ["https://pypi.org/simple"])
+    text = layout.pyproject(["torch==2.10.0", "alpha>=1.0"], {"torch", "nvidia_nccl_cu12"})
+    data = tomllib.loads(text)
+    assert data["project"]["dependencies"] == ["torch==2.10.0", "alpha>=1.0", "nvidia-nccl-cu12"]
+    assert data["tool"]["uv"]["index"] == [{"name": "torch", "explicit": True,
+                                            "url": "https://download.pytorch.org/whl/cu128"}]
+    assert data["tool"]["uv"]["sources"] == {"nvidia-nccl-cu12": {"index": "torch"},
+                                             "torch": {"index": "torch"}}
+    # One index serves everything: nothing explicit, nothing routed.
+    alone = tomllib.loads(Layout.of("https://mirror/simple", []).pyproject(["torch"], {"torch"}))
+    assert "tool" not in alone
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("torch", True), ("torchvision", True), ("torchaudio", True), ("pytorch-triton", True),
+    ("pytorch_triton_rocm", True), ("triton", True), ("nvidia-nccl-cu12", True),
+    ("nvidia_cudnn_cu12", True), ("numpy", False), ("setuptools", False), ("jinja2", False),
+    ("triton-windows", False), ("pytorch", False)])
+def test_the_torch_family_is_what_pytorch_publishes(name, family):
+    assert indexes.is_family(name) is family
+
+
+def test_uv_runs_without_any_uv_setting_of_the_caller():
+    env = indexes.clean_environment({"UV_TORCH_BACKEND": "cpu", "UV_RESOLUTION": "lowest",
+                                     "UV_INDEX_STRATEGY": "unsafe-best-match",
+                                     "UV_NATIVE_TLS": "1", "HTTPS_PROXY": "http://proxy:3128",
+                                     "SSL_CERT_FILE": "/etc/ca.pem", "HOME": "/root",
+                                     "NETRC": "/root/.netrc"})
+    assert env == {"UV_NATIVE_TLS": "1", "HTTPS_PROXY": "http://proxy:3128",
+                   "SSL_CERT_FILE": "/etc/ca.pem", "HOME": "/root", "NETRC": "/root/.netrc"}
+
+
+def test_uv_annotations_become_the_record_of_each_packages_index():
+    text = ("alpha==1.1 \\\n    --hash=sha256:" + "a" * 64 + "\n    # via beta\n"
+            "    # from https://user:token@mirror.example/simple\n"
+            "torch==2.10.0+cu128 \\\n    --hash=sha256:" + "b" * 64 + "\n"
+            "    # from https://download.pytorch.org/whl/cu128\n")
+    lock, index_of = resolve.annotations(text)
+    assert "# from" not in lock and "# via beta" in lock and lock.count("--hash") == 2
+    assert index_of == {"alpha": "https://mirror.example/simple",
+                        "torch": "https://download.pytorch.org/whl/cu128"}
+
+
+def test_an_sdist_only_requirement_is_named():
+    stderr = ("error: No solution found when resolving dependencies\n  cause: Because gamma==1.0 "
+              "has no usable wheels and only gamma==1.0 is available, we can conclude that all "
+              "versions of gamma cannot be used.\n\nhint: Wheels are required for `gamma` "
+              "because building from source is disabled for all packages (i.e., with "
+              "`--no-build`)\n")
+    line = resolve.explain(stderr, ["https://p"])
+    assert line.startswith("the engine's requirements need gamma, which has no wheel")
+    assert "builds nothing from source" in line
+
+
+@pytest.mark.parametrize(("pinned", "spec", "index", "problem"), [
+    ("2.10.0+cu128", "torch==2.10.0", "https://download.pytorch.org/whl/cu128", ""),
+    ("2.10.0", "torch==2.10", "", ""),
+    ("2.10.0+cpu", "torch==2.10.0", "https://download.pytorch.org/whl/cu128", "the +cu128 build"),
+    ("2.10.0", "torch==2.10.0", "https://mirror/pytorch/whl/cu128/", "no local label"),
+    ("2.10.0", "torch==2.1", "", "not 'torch==2.1'"),
+    ("2.1.0", "torch==2.10.0", "", "not 'torch==2.10.0'"),
+    ("2.10.0rc1", "torch==2.10.0", "", "not 'torch==2.10.0'"),
+    ("2.10.0+cu126", "torch==2.10.0+cu128", "", "not 'torch==2.10.0+cu128'"),
+])
+def test_torch_is_compared_as_a_version_with_the_variant_its_index_implies(pinned, spec, index,
+                                                                          problem):
+    found = torch_pin_problem(pinned, spec, torch_variant(index))
+    assert (problem in found) if problem else found == "", found
+
+
+def test_a_lock_for_another_torch_variant_is_made_again():
+    lock = valid_lock()
+    lock["requirements"].update(index_url="https://download.pytorch.org/whl/cu128",
+                                extra_index_urls=["https://pypi.org/simple"],
+                                torch_variant="cu128")
+    lock["requirements"]["lock"] = lock["requirements"]["lock"].replace("2.10.0", "2.10.0+cu128")
+    same = Inputs("1.5.0", lock["wheel"]["url"], "d" * 64, lock["base"]["image"],
+                  "torch==2.10.0", "https://mirror.example/pytorch/whl/cu128",
+                  ("https://pypi.org/simple",))
+    assert same.differences(lock) == []
+    moved = Inputs("1.5.0", lock["wheel"]["url"], "d" * 64, lock["base"]["image"],
+                   "torch==2.10.0", "https://download.pytorch.org/whl/cu126",
+                   ("https://pypi.org/simple",))
+    assert moved.differences(lock) == [
+        "torch_variant: the lock has 'cu128', asked for 'cu126'"]
+
+
+def test_a_lock_resolved_under_older_rules_is_made_again():
+    lock = valid_lock()
+    del lock["requirements"]["policy"]
+    asked = Inputs("1.5.0", lock["wheel"]["url"], "d" * 64, lock["base"]["image"],
+                   "torch==2.10.0", "https://i", ())
+    assert [d.split(":", 1)[0] for d in asked.differences(lockfile.validate(lock, "l"))] == [
+        "requirements"]
 
 
 def test_defaults_are_the_serve_roles_own():

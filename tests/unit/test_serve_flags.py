@@ -159,7 +159,7 @@ HASH = "--hash=sha256:" + "a" * 64
     (f"six>=1.16 {HASH}\n", "", "is not pinned with =="),
     (f"--index-url https://x {HASH}\n", "", "a lock holds requirements only"),
     (f"numpy==2.1.0 {HASH}\n", "torch==2.10.0", "does not pin torch"),
-    (f"torch==2.9.0 {HASH}\n", "torch==2.10.0", "pins 'torch==2.9.0', not 'torch==2.10.0'"),
+    (f"torch==2.9.0 {HASH}\n", "torch==2.10.0", "pins torch==2.9.0, not 'torch==2.10.0'"),
 ])
 def test_the_image_lock_pins_every_requirement_by_hash(lock, torch, problem):
     problems = check_lock(lock, "lock.txt", torch)
