@@ -16,6 +16,7 @@ from typing import Any
 
 from onecat.model.engines import DEFAULT_ENGINE, DEFAULT_ENGINE_VERSION, ENGINES
 from onecat.model.fetch import FetchError, plan_remote
+from onecat.model.overrides import effective_options
 from onecat.model.plan import (
     DEFAULTS,
     GIB,
@@ -82,6 +83,13 @@ def register(subparsers: Any) -> None:
                         help="environment the server gets (repeatable); the plan reads the "
                         "fork's MTP switches, e.g. VLLM_1CAT_ENABLE_SM70_MTP_DEFAULTS=1 (MTP4 "
                         "for a dense checkpoint with an MTP head)")
+    parser.add_argument("--serve-args", metavar="JSON", default="{}",
+                        help="the serve role's vllm_serve_args as JSON ({flag: value}; null "
+                        "removes one): the flags the plan depends on are planned as the server "
+                        "gets them, over the options above")
+    parser.add_argument("--serve-extra-arg", metavar="ARG", action="append", default=[],
+                        help="one item of vllm_serve_extra_args (repeatable), applied after "
+                        "--serve-args as vLLM's parser does")
     parser.add_argument("--typical-input-tokens", type=int,
                         default=WORKLOAD_DEFAULTS["typical_input_tokens"],
                         help="prompt tokens of a typical request, sizes --max-num-seqs "
@@ -124,6 +132,18 @@ def _parse_env(items: list[str]) -> dict[str, str] | None:
     return env or None
 
 
+def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """--serve-args and --serve-extra-arg as planner options (the serve role's own rule)."""
+    try:
+        given = json.loads(args.serve_args)
+    except ValueError as error:
+        raise PlanInputError(f"--serve-args is not JSON: {error}") from None
+    if not isinstance(given, dict):
+        raise PlanInputError("--serve-args must be a JSON object of flags, e.g. "
+                             '\'{"max_num_seqs": 64}\'')
+    return effective_options(given, args.serve_extra_arg)[0]
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         health = _load_health(args.health)
@@ -147,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
             "cuda_graph_gib": args.cuda_graph_gib,
             "speculative_config": args.speculative_config,
             "engine_env": _parse_env(args.env),
+            **_serve_overrides(args),
         }
         if args.model_dir.startswith("hf:"):
             plan = plan_remote(args.model_dir, plan_model, **options)

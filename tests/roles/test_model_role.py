@@ -123,3 +123,16 @@ def test_transfer_limits_with_units_pass(hub, tmp_path):
     outcome = _run(tmp_path, None, {"ctl": {"model_sync_bwlimit": "50m",
                                             "model_sync_parallel": 2}})
     assert outcome["failed_task"] is None, outcome
+
+
+def test_the_early_plan_plans_the_flags_and_environment_the_server_gets(hub, tmp_path):
+    # The serve stage starts the engine with vllm_serve_args over the plan's flags, then
+    # vllm_serve_extra_args; the early plan must plan the same server before anything moves.
+    runs: list = []
+    outcome = _run(tmp_path, None, {"ctl": {
+        "vllm_serve_args": {"max_num_seqs": 7, "enforce_eager": True},
+        "vllm_serve_extra_args": ["--max-num-batched-tokens=1536"],
+        "vllm_serve_env": {"VLLM_1CAT_ENABLE_SM70_MTP_DEFAULTS": "0", "OTHER": "a b"}}}, runs)
+    assert outcome["failed_task"] is None, outcome
+    inputs = _plan_inputs(runs[0])
+    assert inputs["max_num_seqs"] == 7 and inputs["max_num_batched_tokens"] == 1536, inputs
