@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..serve.flags import flag_name, normalise_flag
+from ..serve.flags import argv_pairs, flag_name
 
 # Engine flag -> planner option, for every flag the plan's arithmetic depends on.
 PLANNED_FLAGS: dict[str, str] = {
@@ -34,25 +34,6 @@ ENGINE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _argv_pairs(argv: list[str]) -> list[tuple[str, Any]]:
-    """(flag, value) of each long flag in an argv list: '--flag value' and '--flag=value';
-    a flag followed by another flag (or nothing) is a bare flag, value True."""
-    pairs: list[tuple[str, Any]] = []
-    for index, item in enumerate(argv):
-        text = str(item)
-        if not text.startswith("--"):
-            continue
-        text = normalise_flag(text)
-        if "=" in text:
-            name, value = text.split("=", 1)
-            pairs.append((name, value))
-            continue
-        following = argv[index + 1] if index + 1 < len(argv) else None
-        bare = following is None or str(following).startswith("--")
-        pairs.append((text, True if bare else following))
-    return pairs
-
-
 def effective_options(args: dict[str, Any] | None,
                       extra_args: list[str] | None) -> tuple[dict[str, Any], dict[str, str]]:
     """Planner options the user's flags set, and for each where it came from.
@@ -64,8 +45,9 @@ def effective_options(args: dict[str, Any] | None,
     items: list[tuple[str, Any, str]] = []
     for key, value in (args or {}).items():
         items.append((flag_name(key), value, f"vllm_serve_args {key}"))
-    for name, value in _argv_pairs([str(item) for item in (extra_args or [])]):
-        items.append((name, value, f"vllm_serve_extra_args {name}"))
+    # A flag with no value (followed by another flag, or last) is a bare flag: True.
+    for name, value in argv_pairs([str(item) for item in (extra_args or [])]):
+        items.append((name, True if value is None else value, f"vllm_serve_extra_args {name}"))
     for name, value, source in items:
         option = PLANNED_FLAGS.get(name)
         if option is None:

@@ -89,7 +89,7 @@ def args_to_argv(args: dict[str, Any]) -> list[str]:
     return argv
 
 
-def _pairs(argv: list[str]) -> list[tuple[str, str | None]]:
+def argv_pairs(argv: list[str]) -> list[tuple[str, str | None]]:
     """(flag, value or None) for each flag in an argv list; --flag=value is split."""
     pairs: list[tuple[str, str | None]] = []
     for index, item in enumerate(argv):
@@ -139,7 +139,7 @@ def check_argv(engine: str, argv: list[str], capability: int,
     problems: list[str] = []
     if engine not in ENGINES:
         problems.append(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
-    for name, value in _pairs(argv):
+    for name, value in argv_pairs(argv):
         if name in REMOVED_FLAGS:
             problems.append(f"{name} {REMOVED_FLAGS[name]}")
             continue
