@@ -33,6 +33,10 @@
  * faults back S seconds after the reset or boot that cleared them (a card that really is bad).
  * Boot: ONECAT_NVML_DOUBLE_BOOT (Unix seconds) or the start of PID 1 (btime in /proc/stat plus
  * starttime in /proc/1/stat): a simulated node's reboot is its container's restart.
+ * Events (nvmlEventSetCreate, nvmlDeviceRegisterEvents, nvmlEventSetWait_v2): `gpu.<i>.events`
+ * is the mask nvmlDeviceGetSupportedEventTypes answers; `gpu.<i>.xid_event@<seconds> = <code>`
+ * is an Xid that happens at that time on the timeline (untimed: when the scenario was written),
+ * delivered once to every set registered for Xid events on that GPU before it happened.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -50,6 +54,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_TIMEOUT 10
 #define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_ERROR_UNKNOWN 999
@@ -974,4 +979,140 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned i
     if (r) return r;
     if (!active || remote >= device_count()) return NVML_ERROR_NOT_FOUND;
     return fill_pci_v3(&devices[remote], pci);
+}
+
+/* ---- events ------------------------------------------------------------ */
+/* nvml.h, "Event Handling Methods" (NVIDIA/go-nvml gen/nvml/nvml.h):
+ * - nvmlDeviceGetSupportedEventTypes answers the device's mask (`gpu.<i>.events`; absent: the
+ *   double's NOT_SUPPORTED, as a driver without events; 0: an empty mask, as on Windows).
+ * - nvmlDeviceRegisterEvents "starts recording of events on specific device. All events that
+ *   occurred before this call are not recorded"; NOT_SUPPORTED "if the platform does not support
+ *   this feature or some of requested event types", and then "None of the requested eventTypes
+ *   are registered"; INVALID_ARGUMENT "if eventTypes is invalid or set is NULL".
+ * - nvmlEventSetWait_v2: "If some events are ready to be delivered at the time of the call,
+ *   function returns immediately. If there are no events ready to be delivered, function sleeps
+ *   till event arrives but not longer than specified timeout"; NVML_ERROR_TIMEOUT (10) "if no
+ *   event arrived in specified timeout"; GPU_IS_LOST (15) "if a GPU has fallen off the bus".
+ *   "On Linux, every Xid error event would return the associated event data": one delivery per
+ *   Xid per set; eventData is the Xid; gpuInstanceId/computeInstanceId are 0xFFFFFFFF without
+ *   MIG (nvmlEventData_t).
+ * - nvmlEventSetFree "Releases events in the set". */
+
+#define EVENT_TYPE_ALL 0xFFFFULL      /* nvmlEventTypeAll: bits 0x1 to 0x8000 */
+#define EVENT_TYPE_XID 0x8ULL         /* nvmlEventTypeXidCriticalError */
+#define MAX_EVENT_SETS 8
+
+typedef struct nvmlEventSet_st {
+    int used;
+    unsigned long long mask[MAX_DEVICES];
+    double registered[MAX_DEVICES]; /* wall clock of the first registration per device */
+    unsigned char delivered[MAX_ENTRIES];
+} *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+static struct nvmlEventSet_st event_sets[MAX_EVENT_SETS];
+
+static int valid_set(nvmlEventSet_t set) {
+    return set >= event_sets && set < event_sets + MAX_EVENT_SETS && set->used;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    ENTER(NULL);
+    NEED(set);
+    for (int i = 0; i < MAX_EVENT_SETS; i++) {
+        if (event_sets[i].used) continue;
+        memset(&event_sets[i], 0, sizeof event_sets[i]);
+        event_sets[i].used = 1;
+        *set = &event_sets[i];
+        return NVML_SUCCESS;
+    }
+    return NVML_ERROR_UNKNOWN;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (init_refcount == 0) return NVML_ERROR_UNINITIALIZED;
+    if (!valid_set(set)) return NVML_ERROR_UNKNOWN;
+    set->used = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes) {
+    ENTER(device);
+    NEED(eventTypes);
+    return dev_ull(device, "events", eventTypes);
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                      nvmlEventSet_t set) {
+    ENTER(device);
+    if (!valid_set(set) || eventTypes == 0 || (eventTypes & ~EVENT_TYPE_ALL))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long supported;
+    nvmlReturn_t r = dev_ull(device, "events", &supported);
+    if (r) return r;
+    if (eventTypes & ~supported) return NVML_ERROR_NOT_SUPPORTED;
+    if (!set->mask[device->index]) set->registered[device->index] = wall_now();
+    set->mask[device->index] |= eventTypes;
+    return NVML_SUCCESS;
+}
+
+/* The next Xid this set has not been given: registered for Xid events on its GPU before it
+ * happened, and happened by now. Earliest first. -1: none. */
+static int next_xid(nvmlEventSet_t set, unsigned int *gpu, unsigned long long *code) {
+    double origin = start_epoch >= 0 ? start_epoch : init_epoch, now = wall_now(), best = 0;
+    int found = -1;
+    unsigned int count = device_count();
+    for (int i = 0; i < n_entries; i++) {
+        unsigned int index;
+        int consumed = 0;
+        if (set->delivered[i] || sscanf(entries[i].key, "gpu.%u.xid_event%n", &index,
+                                        &consumed) != 1 || entries[i].key[consumed] != '\0')
+            continue;
+        if (index >= count || !(set->mask[index] & EVENT_TYPE_XID)) continue;
+        double at = entries[i].timed ? origin + entries[i].after : scenario_mtime;
+        if (at > now || at < set->registered[index]) continue;
+        if (found < 0 || at < best) {
+            found = i;
+            best = at;
+            *gpu = index;
+        }
+    }
+    if (found >= 0) *code = strtoull(entries[found].value, NULL, 0);
+    return found;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    ENTER(NULL);
+    NEED(data && valid_set(set));
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        for (unsigned int i = 0; i < device_count(); i++)
+            if (set->mask[i] && gpu_lost(i)) return NVML_ERROR_GPU_IS_LOST;
+        unsigned int gpu = 0;
+        unsigned long long code = 0;
+        int entry = next_xid(set, &gpu, &code);
+        if (entry >= 0) {
+            set->delivered[entry] = 1;
+            data->device = &devices[gpu];
+            data->eventType = EVENT_TYPE_XID;
+            data->eventData = code;
+            data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+            return NVML_SUCCESS;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double waited = (double)(now.tv_sec - start.tv_sec) * 1e3 +
+                        (now.tv_nsec - start.tv_nsec) / 1e6;
+        if (waited >= timeoutms) return NVML_ERROR_TIMEOUT;
+        double left = timeoutms - waited;
+        struct timespec nap = {0, (long)((left < 10 ? left : 10) * 1e6)};
+        nanosleep(&nap, NULL);
+    }
 }
