@@ -73,6 +73,8 @@ XID_PATTERN = re.compile(
 KERNEL_LOG_TIMEOUT_S = 30
 # A kernel log of one boot is megabytes; only the newest this many bytes of a file are read.
 KERNEL_LOG_MAX_BYTES = 64 * 1024 * 1024
+# Line times kept per (GPU, code) for matching NVML's Xid events (a storm of Xid 13 is thousands).
+XID_TIMES_KEPT = 256
 NVLINK_LINK_LIMIT = 36  # the largest NVML_NVLINK_MAX_LINKS so far; NVML stops us earlier
 
 
@@ -430,11 +432,15 @@ def line_time(line: str) -> float | None:
     return float(match.group(1)) if match.group(1) else int(match.group(2)) / 1e6
 
 
-def parse_xid(text: str, after: float | None = None) -> list[dict[str, Any]]:
+def parse_xid(text: str, after: float | None = None,
+              keep_times: bool = False) -> list[dict[str, Any]]:
     """Xid events grouped by (GPU bus, code) in order of first appearance. With `after` (the
     previous look's cursor, log_cursor), each event also says how many of its lines are newer
     (`new`; None when a line carries no time): lines that left the log (a ring wrap, journal
-    vacuuming) then hide nothing new, as a count since boot would."""
+    vacuuming) then hide nothing new, as a count since boot would. With `keep_times`, `times`:
+    the kernel's times of the lines counted (after the cursor, or all; the newest
+    XID_TIMES_KEPT), so the watch counts an NVML Xid event of one occurrence once
+    (onecat.health.xid_events)."""
     events: dict[tuple[tuple[int, int, int] | None, int], dict[str, Any]] = {}
     for line in text.splitlines():
         match = XID_PATTERN.search(line)
@@ -455,9 +461,12 @@ def parse_xid(text: str, after: float | None = None) -> list[dict[str, Any]]:
             if after is not None:
                 event["new"] = 0
         event["count"] += 1
+        at = line_time(line)
         if after is not None and event["new"] is not None:
-            at = line_time(line)
             event["new"] = None if at is None else event["new"] + (at > after)
+        if keep_times and at is not None and (after is None or at > after):
+            event.setdefault("times", []).append(at)
+            del event["times"][:-XID_TIMES_KEPT]
     return list(events.values())
 
 
@@ -468,11 +477,11 @@ def log_cursor(text: str) -> float | None:
 
 
 def _xid(gpus: list[dict[str, Any]], kernel_log_path: str | None,
-         after: float | None = None) -> dict[str, Any]:
+         after: float | None = None, keep_times: bool = False) -> dict[str, Any]:
     text, source, failure = read_kernel_log(kernel_log_path)
     if text is None:
         return {"xid_source": source or None, "xid_error": failure, "xid_events": None}
-    events = parse_xid(text, after)
+    events = parse_xid(text, after, keep_times)
     by_bus = {bus_key(gpu["pci_bus_id"]): gpu["index"] for gpu in gpus if gpu.get("pci_bus_id")}
     for event in events:
         event["gpu"] = by_bus.get(bus_key(event["pci_bus_id"]))
@@ -482,10 +491,11 @@ def _xid(gpus: list[dict[str, Any]], kernel_log_path: str | None,
 
 def gather(
     nvml: Any, *, check_xid: bool = True, kernel_log_path: str | None = None,
-    xid_after: float | None = None,
+    xid_after: float | None = None, xid_times: bool = False,
 ) -> dict[str, Any]:
     """Read every GPU, every GPU pair and the kernel's Xid events into plain data
-    (`xid_after`: the previous look's `xid_cursor` in this boot, parse_xid).
+    (`xid_after`: the previous look's `xid_cursor` in this boot; `xid_times`: keep the lines'
+    times, parse_xid).
 
     Raises NvmlUnavailable when NVML cannot start (no driver, no library).
     """
@@ -532,7 +542,7 @@ def gather(
         with contextlib.suppress(nvml.NVMLError):
             nvml.nvmlShutdown()
     if check_xid:
-        readings.update(_xid(gpus, kernel_log_path, xid_after))
+        readings.update(_xid(gpus, kernel_log_path, xid_after, xid_times))
     else:
         readings.update({"xid_source": None, "xid_error": None, "xid_events": None})
     return readings

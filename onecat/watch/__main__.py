@@ -339,6 +339,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the driver stage's marker of a pending reboot: NVML's "
                              "Driver/library version mismatch while it exists keeps the node "
                              "in, with a warning (default: %(default)s)")
+    parser.add_argument("--xid-events-file", type=Path,
+                        help="NVML's Xid events, written by onecat-xid-events.service "
+                             "(python3 -m onecat.health.xid_events): a second Xid source "
+                             "beside the kernel log (default: none, the kernel log alone)")
     parser.add_argument("--boot-id-file", type=Path, default=BOOT_ID_FILE,
                         help="the kernel's boot id, kept with the readings so the previous "
                              "boot's counters are no baseline (default: %(default)s)")
@@ -375,7 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result, findings, transitions = look(
             pynvml, args.state_dir, args.verdict_file, args.metrics_file, args.kernel_log,
             quality=_probe(args), acting=_acting(args), stale_after_s=args.stale_after_s,
-            thresholds=watch_thresholds(args.expected_gpus), boot_id_file=args.boot_id_file)
+            thresholds=watch_thresholds(args.expected_gpus), boot_id_file=args.boot_id_file,
+            xid_events_file=args.xid_events_file)
     except NvmlUnavailable as error:
         if error.code == LIB_RM_VERSION_MISMATCH:
             return _blind(args, f"Driver/library version mismatch: NVML error {error.code}: "

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from onecat.health import xid
+from onecat.health import xid, xid_events
 from onecat.health.judge import ERROR, WARNING, Thresholds
 from onecat.health.judge import judge as judge_state
 
@@ -175,30 +175,67 @@ def _xid_counts(readings: dict[str, Any]) -> dict[tuple[str, int], int]:
             for event in readings.get("xid_events") or [] if "code" in event}
 
 
-def _xid_findings(before: dict[str, Any] | None, now: dict[str, Any]) -> Iterable[Finding]:
+def _log_rises(before: dict[str, Any] | None, now: dict[str, Any],
+               ) -> dict[tuple[str, int], tuple[int, list[float] | None]]:
+    """The kernel log's Xids since the previous look per (bus, code): (how many, the lines'
+    times when every counted line carried one)."""
     if now.get("xid_events") is None:
-        return  # not read (no kernel log access): the deploy-time check reports that
+        return {}  # not read (no kernel log access): the deploy-time check reports that
     if before is not None and same_boot(before, now) and before.get("xid_events") is None:
-        return  # the previous look could not read the log: no baseline to compare with
+        return {}  # the previous look could not read the log: no baseline to compare with
     # The kernel log starts again at every boot: the first look of a boot (or the first look
     # at all) counts every event since boot.
     then = _xid_counts(before) if same_boot(before, now) and before is not None else {}
     # The lines after the previous look's cursor (nvml.parse_xid), where every line carried
     # the kernel's time: older lines that left the log (a ring wrap, journal vacuuming) then
     # hide no new event, as a count since boot would. Else the count since boot, compared.
-    fresh = {(str(e.get("pci_bus_id")), int(e["code"])): e["new"]
-             for e in now.get("xid_events") or []
-             if "code" in e and isinstance(e.get("new"), int)}
-    for (bus, code), count in sorted(_xid_counts(now).items()):
-        rise = fresh.get((bus, code), count - then.get((bus, code), 0))
-        if rise <= 0:
+    rises: dict[tuple[str, int], tuple[int, list[float] | None]] = {}
+    for event in now.get("xid_events") or []:
+        if "code" not in event:
+            continue
+        key = (str(event.get("pci_bus_id")), int(event["code"]))
+        fresh = event.get("new")
+        count = int(event.get("count") or 0)
+        rise = fresh if isinstance(fresh, int) else count - then.get(key, 0)
+        times = event.get("times") if isinstance(fresh, int) or not then else None
+        rises[key] = (max(rise, 0), times if isinstance(times, list) else None)
+    return rises
+
+
+def _nvml_events(now: dict[str, Any]) -> dict[tuple[str, int], list[float]]:
+    """NVML's Xid events since the previous look per (bus, code): their times since boot
+    (onecat/health/xid_events.py; the look keeps only this boot's events after its cursor)."""
+    found: dict[tuple[str, int], list[float]] = {}
+    for event in (now.get("xid_nvml") or {}).get("events") or []:
+        bus = xid_events.bus_id(event.get("pci_bus_id")) if isinstance(event, dict) else None
+        if bus is None or not xid_events.valid(event):
+            continue
+        found.setdefault((bus, int(event["xid"])), []).append(float(event["uptime"]))
+    return found
+
+
+def _xid_findings(before: dict[str, Any] | None, now: dict[str, Any]) -> Iterable[Finding]:
+    """New Xids since the previous look, each occurrence once whichever source saw it: the
+    kernel log's lines after the cursor and NVML's Xid events (xid_events.count_once)."""
+    logged = {(xid_events.bus_id(bus) or bus, code): rise
+              for (bus, code), rise in _log_rises(before, now).items()}
+    heard = _nvml_events(now)
+    for bus, code in sorted(set(logged) | set(heard)):
+        rise, times = logged.get((bus, code), (0, None))
+        count, in_log, in_events = xid_events.count_once(rise, times, heard.get((bus, code), []))
+        if count <= 0:
             continue
         fatal = code in FATAL_XIDS
         meaning = xid.TABLE[code].meaning if code in xid.TABLE else "see NVIDIA's Xid catalog"
         advice = "; NVIDIA's catalog says the card failed: drain the node" if fatal else ""
+        if in_log:
+            told = f"the kernel logged Xid {code} ({meaning}) {count} more time(s)"
+            also = " (NVML's Xid events saw it too)" if in_events else ""
+        else:
+            told = f"NVML reported Xid {code} ({meaning}) {count} more time(s)"
+            also = " (an NVML Xid event; the kernel log holds no line of it)"
         yield Finding(ERROR if fatal else WARNING, "xid", bus,
-                      f"the kernel logged Xid {code} ({meaning}) {rise} more time(s) on the GPU "
-                      f"at {bus} since the last look{advice}", xid=code)
+                      f"{told} on the GPU at {bus} since the last look{also}{advice}", xid=code)
 
 
 def _volatile_reset(gpu: dict[str, Any]) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from onecat.answers.probe import (
 )
 from onecat.answers.prompts import PromptSet
 from onecat.files import read_json, write_atomic, write_json
+from onecat.health import xid_events
 from onecat.health.judge import ERROR, WARNING, Thresholds
 from onecat.health.nvml import gather
 from onecat.repair import files as repair_files
@@ -387,8 +388,12 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
          now: float | None = None, quality: Probe | None = None,
          acting: Acting | None = None,
          stale_after_s: float | None = None, thresholds: Thresholds | None = None,
-         boot_id_file: Path = BOOT_ID_FILE) -> tuple[str, list[Finding], list[str]]:
+         boot_id_file: Path = BOOT_ID_FILE, xid_events_file: Path | None = None,
+         ) -> tuple[str, list[Finding], list[str]]:
     """One look: gather, judge the state, compare with the previous look, probe, act, record.
+
+    `xid_events_file`: NVML's Xid events the listener wrote (onecat/health/xid_events.py), the
+    second Xid source beside the kernel log; None reads the kernel log alone.
 
     Returns the verdict, the findings and the transitions of the node's mode (acting).
     Raises what gather raises (NVML cannot be read)."""
@@ -400,8 +405,18 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
     after = previous.get("xid_cursor") if isinstance(previous, dict) and booted and \
         previous.get("boot_id") == booted else None
     readings = gather(nvml, check_xid=True, kernel_log_path=kernel_log_path,
-                      xid_after=after if isinstance(after, (int, float)) else None)
+                      xid_after=after if isinstance(after, (int, float)) else None,
+                      xid_times=xid_events_file is not None)
     readings["boot_id"] = booted
+    if xid_events_file is not None:
+        # NVML's Xid events after the previous look's cursor (its uptime), in this boot.
+        # An unreadable boot id on both looks is one boot: the cursor still holds.
+        heard = previous.get("xid_nvml") if isinstance(previous, dict) and \
+            previous.get("boot_id") == booted else None
+        cursor = heard.get("cursor") if isinstance(heard, dict) else None
+        readings["xid_nvml"] = xid_events.look_at(
+            xid_events_file, booted,
+            cursor if isinstance(cursor, (int, float)) and not isinstance(cursor, bool) else None)
     state = state_findings(readings, thresholds)
     history = throttle.record(read_json(state_dir / THROTTLE_FILE), readings, now)
     findings = state + throttle.findings(history, readings, now) + change_findings(
@@ -426,6 +441,7 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
                 "last_success": stamp, "stale_after": _stale_after(now, stale_after_s),
                 "transitions": transitions,
                 "gpus": len(readings.get("gpus") or []),
+                "xid_sources": xid_sources(readings),
                 **summary(readings),
                 "findings": [finding.as_dict() for finding in findings],
                 "probe": [{"prompt": r.prompt, "ok": r.ok, "reason": r.reason,
@@ -443,6 +459,19 @@ def look(nvml: Any, state_dir: Path, verdict_file: Path, metrics_file: Path | No
             repairs=_repair_counts(acting), floor_held=mode == act.IN and bool(reason),
             service_cards=_service_cards(acting, mode), deploy_drain=_deploy_drain(acting)))
     return result, findings, transitions
+
+
+def xid_sources(readings: dict[str, Any]) -> dict[str, Any]:
+    """Which Xid sources this look read, for the verdict: the kernel log (where from, or why
+    not) and NVML's Xid events (the listener's state, the GPUs that give none). A source that
+    is down is said here and in the metrics, never as a GPU's finding."""
+    log = readings.get("xid_source") if readings.get("xid_events") is not None else None
+    sources: dict[str, Any] = {"kernel_log": log or f"unread: {readings.get('xid_error')}"}
+    heard = readings.get("xid_nvml")
+    if isinstance(heard, dict):
+        sources["nvml_events"] = {key: heard[key] for key in ("state", "why", "without_events")
+                                  if key in heard}
+    return sources
 
 
 def _service_cards(acting: Acting | None, mode: str) -> list[dict[str, Any]] | None:

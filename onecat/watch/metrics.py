@@ -103,6 +103,15 @@ def render(readings: dict[str, Any], verdict: str, findings: Iterable[Finding],
         gpu = by_bus.get(str(event.get("pci_bus_id"))) or {"pci_bus_id": event.get("pci_bus_id")}
         labels = _labels(**gpu_labels(gpu), xid=str(event["code"]))
         lines.append(f"onecat_gpu_xid_errors_total{labels} {int(event.get('count') or 0)}")
+    # Which Xid sources this look had: the kernel log, and NVML's Xid events (the listener,
+    # onecat/health/xid_events.py). A source that is down is no GPU fault: it is said here.
+    sources = {"kernel_log": readings.get("xid_events") is not None}
+    if isinstance(readings.get("xid_nvml"), dict):
+        sources["nvml_events"] = readings["xid_nvml"].get("state") == "listening"
+    _metric(lines, "onecat_xid_source_up", "gauge",
+            "Whether an Xid source answered at the look (1) or not (0), by source.")
+    lines += [f"onecat_xid_source_up{_labels(source=name)} {int(ok)}"
+              for name, ok in sources.items()]
     _metric(lines, "onecat_gpu_throttle_active", "gauge",
             "Whether a clock-event reason is active (1 or 0) at the look.")
     for gpu in readable:

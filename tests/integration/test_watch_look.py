@@ -584,6 +584,49 @@ def test_new_xids_are_reported_after_older_lines_left_the_log(libdir: Path,
     assert verdict is not None and not [f for f in verdict["findings"] if f["code"] == "xid"]
 
 
+def test_a_new_xid_the_log_lost_is_reported_from_nvmls_events(libdir: Path,
+                                                                tmp_path: Path) -> None:
+    """Issue 47: the previous look saw three Xid 74 lines; since then the log was rotated (the
+    old lines gone) and lost the new Xid 79's line too (a ring wrap, Storage=volatile), while
+    the listener (onecat-xid-events) wrote NVML's event for it: the watch reports the new fatal
+    Xid once, from NVML's events, and the verdict says which Xid sources it read."""
+    boot = tmp_path / "boot_id"
+    boot.write_text("3f6b1e2a-0000-4000-8000-000000000001\n")
+    events = tmp_path / "state" / "xid-events.jsonl"
+    events.parent.mkdir(parents=True)
+    common = ("--boot-id-file", str(boot), "--xid-events-file", str(events))
+
+    def log(name: str, text: str) -> str:
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    old = "".join(f"[{at:12.6f}] NVRM: Xid (PCI:0000:3b:00): 74, pid=1, name=x, NVLink: fatal "
+                  "error detected on link 0\n" for at in (100.0, 200.0, 300.0))
+    _, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *common, "--kernel-log",
+                            log("before.log", old))
+    assert verdict is not None and any("Xid 74" in f["message"] for f in verdict["findings"])
+    assert verdict["xid_sources"]["nvml_events"]["state"] == "not running", verdict
+    event = {"kind": "xid", "source": "nvml-event", "time": time.time(), "uptime": 350.0,
+             "boot_id": "3f6b1e2a-0000-4000-8000-000000000001",
+             "pci_bus_id": "00000000:5E:00.0", "gpu": 1, "uuid": "GPU-x", "xid": 79}
+    events.write_text(json.dumps(event) + "\n")
+    _, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *common, "--kernel-log",
+                            log("rotated.log", "[  400.000000] usb 1-1: new device\n"))
+    assert verdict is not None, out
+    xids = [f for f in verdict["findings"] if f["code"] == "xid"]
+    assert [(f["xid"], f["severity"], f["gpu"]) for f in xids] == [
+        (79, "error", "00000000:5E:00.0")], verdict["findings"]
+    assert xids[0]["message"].startswith("NVML reported Xid 79 (GPU has fallen off the bus) 1 "
+                                         "more time(s)"), xids[0]
+    assert verdict["verdict"] == "unhealthy"
+    assert verdict["xid_sources"]["kernel_log"] == str(tmp_path / "rotated.log")
+    # The next look: nothing new in either source.
+    _, out, verdict = _look(libdir, "healthy_pcie_pair", tmp_path, *common, "--kernel-log",
+                            log("rotated.log", "[  400.000000] usb 1-1: new device\n"))
+    assert verdict is not None and not [f for f in verdict["findings"] if f["code"] == "xid"]
+
+
 def test_a_fault_that_recurs_after_a_reboot_is_reported(libdir: Path, tmp_path: Path) -> None:
     """Baselines carry the boot id: the same Xid count in a new boot is a new fault."""
     boot = tmp_path / "boot_id"

@@ -56,3 +56,19 @@ def test_settings_that_would_add_lines_are_refused_by_name(tmp_path: Path, extra
     assert done.returncode == 2, done.stdout[-2000:]
     assert "watch on localhost: watch_interval" in flat
     assert named in flat, flat[-2000:]
+
+
+@pytest.mark.parametrize("extra", [
+    {"watch_xid_events_file": "/var/lib/x\nExecStartPre=/bin/sh -c id"},
+    {"watch_xid_events_file": "relative/xid-events.jsonl"},
+    {"watch_xid_events_restart_s": 60, "watch_xid_events_restart_max_s": 30},
+    {"watch_xid_events_max_records": 0},
+])
+def test_xid_event_listener_settings_that_do_not_fit_are_refused(tmp_path: Path,
+                                                                 extra: dict) -> None:
+    """The listener's events file goes into its unit and its root script; its waits into the
+    unit: refused before anything is written, the values named."""
+    done = run(tmp_path, extra)
+    flat = " ".join(done.stdout.split())
+    assert done.returncode == 2, done.stdout[-2000:]
+    assert "watch on localhost: watch_xid_events_max_records" in flat, flat[-2000:]

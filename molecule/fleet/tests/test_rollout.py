@@ -577,6 +577,11 @@ def test_watch_drains_a_failing_node_restarts_it_once_then_holds_it_out(run_play
     # The stage's stamp saw the new interval: the timer is rewritten and restarted.
     assert "fleet-a: the watch stage runs: " in " ".join(run.output.split())
     assert "OnUnitActiveSec=8s" in a.check_output("cat /etc/systemd/system/onecat-watch.timer")
+    # NVML's Xid events beside the kernel log: the listener runs on the double (the scenario
+    # offers Xid events on both GPUs).
+    listener = a.run("systemctl is-active onecat-xid-events.service")
+    assert listener.stdout.strip() == "active", a.run(
+        "journalctl -u onecat-xid-events.service --no-pager -n 20").stdout
     a.check_output(f"cp -p {SCENARIO_A} {SCENARIO_A}.orig")
     a.check_output(f"cp -p {KERNEL_LOG_A} {KERNEL_LOG_A}.orig")
     try:
