@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from adhoc_module import run_module
 from engine_index import Index, build_wheel
 from engine_parts import BASE_REPO, BASE_TAG, Parts
 from engine_registry import BINARY
@@ -156,3 +157,20 @@ def test_check_reports_a_torch_index_of_another_variant(chain, tmp_path):
     proc = lock(chain, tmp_path, "--check", torch_index=moved)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     assert "drift: torch_variant: the lock has 'cu128', asked for 'cu126'" in proc.stderr
+
+
+def test_the_serve_role_refuses_a_hand_set_lock_of_another_torch_build():
+    # The role's own check of a lock set by hand (vllm_serve_image_requirements_lock): torch
+    # must be the build its index serves (+cu128 from .../cu128), compared as a version.
+    lock = "torch==2.10.0+cpu \\\n    --hash=sha256:" + "a" * 64 + "\n"
+    result = run_module("vllm_serve_command", {
+        "engine": "1cat-vllm", "requirements_lock": lock, "requirements_lock_name": "lock.txt",
+        "torch_spec": "torch==2.10.0",
+        "torch_index_url": "https://download.pytorch.org/whl/cu128"})
+    assert result.get("failed"), result
+    assert "lock.txt pins torch==2.10.0+cpu (+cpu), not the +cu128 build" in result["msg"]
+    good = run_module("vllm_serve_command", {
+        "engine": "1cat-vllm", "requirements_lock": lock.replace("+cpu", "+cu128"),
+        "requirements_lock_name": "lock.txt", "torch_spec": "torch==2.10.0",
+        "torch_index_url": "https://download.pytorch.org/whl/cu128"})
+    assert not good.get("failed"), good
