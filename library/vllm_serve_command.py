@@ -215,6 +215,7 @@ from ansible.module_utils.onecat.serve.image_ref import (
     check_image_env,
     check_image_ref,
     check_lock,
+    torch_variant,
 )
 from ansible.module_utils.onecat.serve.inputs import (
     control_problems,
@@ -306,7 +307,7 @@ def main() -> None:
     problems += open_path_problems(p["open_paths"])
     if p["requirements_lock"].strip() or p["requirements_lock_name"] != "the requirements lock":
         problems += check_lock(p["requirements_lock"], p["requirements_lock_name"], p["torch_spec"],
-                               p["torch_index_url"])
+                               torch_variant(p["torch_index_url"]))
     published: dict = {}
     if p["bind_address"]:
         published, wrong = exposure(p["bind_address"], p["publish_port"])

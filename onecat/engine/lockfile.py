@@ -115,8 +115,7 @@ def validate(data: Any, name: str) -> dict[str, Any]:
 
 def check_torch_pin(text: str, name: str, torch_spec: str, variant: str) -> None:
     """Every line pinned by hash, torch pinned as asked and built for the index's variant."""
-    index = f"https://index/{variant}" if variant else ""
-    problems = check_lock(text, name, torch_spec, index)
+    problems = check_lock(text, name, torch_spec, variant)
     if problems:
         raise EngineLockError(problems[0])
 

@@ -125,10 +125,11 @@ def torch_pin_problem(pinned: str, torch_spec: str, variant: str = "") -> str:
     return ""
 
 
-def check_lock(text: str, name: str, torch_spec: str = "", torch_index_url: str = "") -> list[str]:
+def check_lock(text: str, name: str, torch_spec: str = "", variant: str = "") -> list[str]:
     """Problems of a requirements lock for `pip install --require-hashes`, one sentence each.
 
-    pip refuses the same lock at build time; this names the line before anything is built."""
+    pip refuses the same lock at build time; this names the line before anything is built.
+    ``variant`` is the local label torch must carry (torch_variant of its index URL)."""
     problems: list[str] = []
     requirements = lock_requirements(text)
     for line in requirements:
@@ -148,7 +149,7 @@ def check_lock(text: str, name: str, torch_spec: str = "", torch_index_url: str 
                             f"{torch_spec!r}): regenerate the lock with torch in it")
         else:
             version = pinned[0].split()[0].split("==", 1)[1]
-            wrong = torch_pin_problem(version, torch_spec, torch_variant(torch_index_url))
+            wrong = torch_pin_problem(version, torch_spec, variant)
             if wrong:
                 problems.append(f"{name} pins {wrong}: regenerate the lock (onecat engine lock)")
     return problems
