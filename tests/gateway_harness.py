@@ -137,7 +137,9 @@ class Haproxy:
                                          "-f", str(self.config)],
                                         stdout=sink, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
-        while not Path(self.socket).exists():
+        # The socket's file appears when it is bound, before HAProxy listens on it: a command
+        # sent in between is refused (seen on a loaded two-core machine). Wait for a connect.
+        while not _accepts(self.socket):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"haproxy did not start: {self.log.read_text()}")
             time.sleep(0.05)
@@ -187,6 +189,17 @@ def haproxy(workdir: Path, variables: dict) -> Iterator[Haproxy]:
         yield proxy.start()
     finally:
         proxy.stop()
+
+
+def _accepts(path: str) -> bool:
+    """Whether a unix socket at `path` takes a connection now."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.1):
