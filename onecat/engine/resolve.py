@@ -177,9 +177,11 @@ def resolve(requirements: list[str], target: Target, layout: Layout,
             _, found = annotations(text)
             routed |= {name for name, index in found.items()
                        if is_family(name) and same_index(index, layout.torch_index)}
-        routed |= {str(canonicalize_name(requirement_name(r))) for r in requirements
-                   if is_family(requirement_name(r))
-                   and hosts(layout.torch_index, requirement_name(r))}
+        # Direct family names torch's closure did not bring (torch itself it did: its index
+        # page, megabytes on download.pytorch.org, is not asked for again).
+        direct = {str(canonicalize_name(requirement_name(r))) for r in requirements}
+        routed |= {name for name in direct - routed
+                   if is_family(name) and hosts(layout.torch_index, name)}
     for _ in range(MAX_ROUNDS):
         text, command = _compile(uv, target, layout, cache_dir, timeout, requirements, routed)
         runs += 1
