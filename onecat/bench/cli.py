@@ -177,6 +177,27 @@ def _read_key(path: Path) -> str | None:
     return key or None
 
 
+def _read_metrics_key(path: Path | None) -> str | None:
+    """The ONECAT_METRICS_KEY= line of the serve role's environment file, None without one.
+
+    The node's key guard (roles/vllm_serve/files/onecat_guard.py) answers /metrics to the
+    scrapers' key only, not to the API key: with the serve role's file as --api-key-file (what
+    the benchmark role passes) the KV-cache peaks and the prefix-cache counters are read with
+    it. A key file without that line sends the API key, as an unguarded vLLM needs."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text()
+    except OSError:
+        return None  # _read_key names the unreadable file
+    key = ""
+    for line in text.splitlines():
+        name, sep, value = line.strip().removeprefix("export ").partition("=")
+        if sep and name.strip() == "ONECAT_METRICS_KEY":
+            key = value.strip().strip("'\"")
+    return key or None
+
+
 def _write_share(args: argparse.Namespace, before: str, levels: list[dict]) -> None:
     import json
 
@@ -226,6 +247,7 @@ def run_multiturn(args: argparse.Namespace) -> int:
     metrics = args.metrics_url or ([] if args.gateway_stats else [args.url])
     options = MultiturnOptions(
         url=args.url, out=args.out, model=args.model, api_key=key,
+        metrics_key=_read_metrics_key(args.api_key_file),
         conversations=args.conversations, turns=args.turns, system_len=args.system_len,
         turn_len=args.turn_len, output_len=args.output_len or 100, concurrency=levels[0],
         seed=args.seed or 0, timeout=args.timeout or 600.0, metrics_urls=metrics,
@@ -283,6 +305,7 @@ def main(args: argparse.Namespace) -> int:
         options = BenchOptions(
             url=args.url, out=args.out, model=args.model,
             api_key=_read_key(args.api_key_file) if args.api_key_file else None,
+            metrics_key=_read_metrics_key(args.api_key_file),
             concurrency=args.concurrency, input_len=args.input_len,
             output_len=args.output_len, requests_per_level=args.requests_per_level,
             warmup=args.warmup, seed=args.seed, timeout=args.timeout,

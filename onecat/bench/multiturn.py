@@ -44,6 +44,8 @@ class MultiturnOptions:
     out: Path
     model: str | None = None
     api_key: str | None = None
+    # /metrics' own key where the node's guard wants one (ONECAT_METRICS_KEY); else api_key.
+    metrics_key: str | None = None
     conversations: int = 64
     turns: int = 8
     system_len: int = 2048
@@ -80,11 +82,13 @@ def prefix_counters(text: str) -> tuple[float, float] | None:
     return (sums["queries"], sums["hits"]) if seen else None
 
 
-def read_counters(url: str, timeout: float = 10.0) -> tuple[float, float] | None:
+def read_counters(url: str, timeout: float = 10.0,
+                  key: str | None = None) -> tuple[float, float] | None:
     """A node's prefix-cache counters from URL/metrics (None: it has none, or no answer)."""
     try:
         answer = httpsync.request(url.rstrip("/") + "/metrics", timeout=timeout,
-                                  limit=MAX_METRICS_BYTES)
+                                  limit=MAX_METRICS_BYTES,
+                                  headers={"Authorization": f"Bearer {key}"} if key else None)
     except (OSError, ValueError):  # no answer, a malformed one (BadAnswer), not an http(s) URL
         return None
     if answer.status != 200:
@@ -275,7 +279,8 @@ async def run_multiturn(opts: MultiturnOptions) -> dict[str, Any]:
     results: list[tuple[int, int, RequestResult]] = []
     live = LiveCounters()
     loop = asyncio.get_running_loop()
-    before = {url: await loop.run_in_executor(None, read_counters, url)
+    scrape_key = opts.metrics_key or opts.api_key
+    before = {url: await loop.run_in_executor(None, read_counters, url, 10.0, scrape_key)
               for url in opts.metrics_urls}
 
     pool = Client(endpoint, headers, max(1, opts.concurrency))
@@ -300,7 +305,7 @@ async def run_multiturn(opts: MultiturnOptions) -> dict[str, Any]:
     finally:
         duration = time.perf_counter() - began
         await pool.close()
-    after = {url: await loop.run_in_executor(None, read_counters, url)
+    after = {url: await loop.run_in_executor(None, read_counters, url, 10.0, scrape_key)
              for url in opts.metrics_urls}
     good = [r for _, _, r in results if r.ok]
     errors: dict[str, int] = {}

@@ -47,6 +47,8 @@ class BenchOptions:
     out: Path
     model: str | None = None
     api_key: str | None = None
+    # /metrics' own key where the node's guard wants one (ONECAT_METRICS_KEY); else api_key.
+    metrics_key: str | None = None
     concurrency: list[int] = field(default_factory=lambda: [1, 8, 16, 32])
     input_len: int = 500
     output_len: int = 256
@@ -193,6 +195,8 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         raise BenchError(problem)
     endpoint = Endpoint.parse(opts.url)
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
+    metrics_headers = ({"authorization": f"Bearer {opts.metrics_key}"} if opts.metrics_key
+                       else headers)
     probe = Client(endpoint, headers, 1)
     try:
         model = await _probe(probe, opts)
@@ -241,7 +245,7 @@ async def run_bench(opts: BenchOptions, memory_reader: MemoryReader | None = Non
         live = LiveCounters()
         # /metrics is read in a thread with blocking I/O: off the loop that stamps chunks.
         fetch = http_metrics_fetch(endpoint.host, endpoint.port, endpoint.tls,
-                                   endpoint.base_path, headers)
+                                   endpoint.base_path, metrics_headers)
         scraper = MetricsScraper(fetch)
         stop = asyncio.Event()
         side_tasks = []

@@ -1,0 +1,264 @@
+"""onecat's own code against the real vLLM server (CPU build, the tiny model): the serve gate,
+the watch's probe and its judges, the metrics onecat reads, the guard, the benchmark.
+
+One server is shared by the module (tests/real_engine/conftest.py `real_server`), started as
+the serve role starts it: key in VLLM_API_KEY, onecat's guard as --middleware. Every test
+leaves it serving. What the stand-in engine (tests/standin_engine) models, this checks on the
+real thing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import engine
+
+from onecat.answers import hung, likelihood
+from onecat.answers.probe import judge, tokenize
+from onecat.answers.prompts import DEFAULT_FILE, SCORE_TEXTS, parse
+from onecat.serve.gate import smoke, wait_ready
+from onecat.watch.look import Probe, run_probe
+
+REPO = Path(__file__).resolve().parents[2]
+PROMPTS = parse(DEFAULT_FILE.read_text())
+
+
+def metrics(server: engine.Server) -> str:
+    status, text = server.get("/metrics", key=server.metrics_key)
+    assert status == 200, text[:300]
+    return text
+
+
+def sample_names(text: str) -> set[str]:
+    names = set()
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            names.add(line.split("{", 1)[0].split(" ", 1)[0])
+    return names
+
+
+def test_the_gate_finds_the_real_server_ready_and_its_smoke_answer_is_the_models(
+        real_server: engine.Server) -> None:
+    ready, why = wait_ready(real_server.base_url, real_server.served_name, 30,
+                            real_server.api_key)
+    assert ready, why
+    passed, reason, text = smoke(real_server.base_url, real_server.served_name,
+                                 "The capital of France is", 8, real_server.api_key)
+    assert passed, reason
+    assert "Paris" in text, text
+
+
+def test_the_gate_stops_at_once_when_the_guarded_server_refuses_the_key(
+        real_server: engine.Server) -> None:
+    ready, why = wait_ready(real_server.base_url, real_server.served_name, 60, "not-the-key",
+                            interval_s=0.5)
+    assert not ready
+    assert "does not accept the key" in why, why
+
+
+def test_the_watch_probe_asks_the_real_engine_and_records_its_likelihoods(
+        real_server: engine.Server, tmp_path: Path) -> None:
+    references = tmp_path / "references.json"
+    config = Probe(real_server.base_url, real_server.served_name, PROMPTS, references,
+                   api_key=real_server.api_key, metrics_key=real_server.metrics_key,
+                   identity="tiny|real", timeout_s=30)
+    results, findings = run_probe(config)
+    assert findings == [], [f.message for f in findings]
+    asked = {r.prompt: r for r in results}
+    assert asked["The capital of France is"].ok, asked["The capital of France is"]
+    assert all(r.ok for r in results), [(r.prompt, r.reason) for r in results]
+    recorded = json.loads(references.read_text())
+    # Real echoed logprobs (the first token's is None) give a finite NLL for every text, below
+    # the bound a first reference must meet.
+    assert set(recorded["likelihood"]) == set(SCORE_TEXTS)
+    for nll in recorded["likelihood"].values():
+        assert 0 < nll < likelihood.FIRST_MAX_NLL
+    # The next look judges against them and passes: the same engine is the same engine.
+    again, findings = run_probe(config)
+    assert findings == [], [f.message for f in findings]
+    assert len(again) == len(results)
+
+
+def test_likelihood_tells_the_models_text_from_a_scramble_of_it(
+        real_server: engine.Server) -> None:
+    text = SCORE_TEXTS[0]
+    scrambled = " ".join(reversed(text.split()))
+    mine = likelihood.score(real_server.base_url, real_server.served_name, text,
+                            real_server.api_key)
+    other = likelihood.score(real_server.base_url, real_server.served_name, scrambled,
+                             real_server.api_key)
+    assert mine.nll is not None and other.nll is not None, (mine, other)
+    assert mine.tokens > 10
+    assert other.nll > mine.nll * 2
+    assert likelihood.judge(mine, mine.nll) is None
+    assert "likelihood moved" in (likelihood.judge(other, mine.nll) or "")
+
+
+def test_degeneracy_is_judged_on_the_real_models_tokens(real_server: engine.Server) -> None:
+    url, name, key = real_server.base_url, real_server.served_name, real_server.api_key
+    answer = " Paris. Water boils at 100 degrees Celsius."
+    tokens = tokenize(url, name, answer, key)
+    assert tokens and all(isinstance(t, int) for t in tokens), tokens
+    assert judge(answer, ("Paris",), tokens).ok
+    # A loop of a multi-token phrase: the real tokenizer's ids repeat with it.
+    loop = " the capital of France" * 6
+    looped = tokenize(url, name, loop, key)
+    assert looped and len(looped) > 6
+    verdict = judge(loop, (), looped)
+    assert not verdict.ok and "repetition" in verdict.reason, verdict
+
+
+def test_every_engine_metric_onecat_reads_is_on_the_real_metrics_page(
+        real_server: engine.Server) -> None:
+    smoke(real_server.base_url, real_server.served_name, "Water boils at", 4,
+          real_server.api_key)
+    names = sample_names(metrics(real_server))
+    read = set()
+    for folder in ("onecat", "roles", "dashboards"):
+        for path in (REPO / folder).rglob("*"):
+            if path.suffix in (".py", ".yml", ".j2", ".json", ".cfg"):
+                read |= set(re.findall(r"vllm:[a-z_]+", path.read_text(errors="replace")))
+    # Older engines' names, read only as fallbacks beside today's (onecat/bench/observe.py,
+    # multiturn.py); the fork's vLLM has the new ones.
+    fallbacks = {"vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hits_total",
+                 "vllm:gpu_prefix_cache_queries_total"}
+    # Prose names a counter without its _total, a histogram without _bucket.
+    base = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in names}
+    missing = sorted(n for n in read - fallbacks
+                     if n not in names and n not in base and n + "_total" not in names)
+    assert missing == [], f"onecat reads metrics the real engine does not export: {missing}"
+
+
+def test_the_hung_judge_sees_the_real_generation_counter_move(
+        real_server: engine.Server) -> None:
+    before = hung.activity(metrics(real_server))
+    assert before is not None
+    smoke(real_server.base_url, real_server.served_name, "Count from one to ten:", 6,
+          real_server.api_key)
+    after = hung.activity(metrics(real_server))
+    assert after is not None and after.generated > before.generated
+    assert hung.stuck(before, after, 30) is None
+
+
+def test_the_guard_closes_every_path_of_the_real_server(real_server: engine.Server) -> None:
+    for path in ("/health", "/tokenize", "/version", "/v1/models", "/metrics"):
+        assert real_server.get(path, key="")[0] == 401, path
+    # The API key does not open /metrics: the scrapers have their own.
+    assert real_server.get("/metrics")[0] == 401
+    assert real_server.get("/metrics", key=real_server.metrics_key)[0] == 200
+
+
+def test_the_guards_tenant_salt_keeps_the_real_prefix_cache_apart(
+        real_server: engine.Server) -> None:
+    # 300 tokens or more: whole blocks on the CPU build (its blocks are larger than on a GPU).
+    prompt = " ".join(f"rack{i} node{i * 7}" for i in range(45))
+    tokens = tokenize(real_server.base_url, real_server.served_name, prompt, real_server.api_key)
+    assert tokens and 300 <= len(tokens) < 500, len(tokens or [])
+    body = {"model": real_server.served_name, "prompt": prompt, "max_tokens": 1}
+
+    def hits() -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in metrics(real_server).splitlines()
+                   if line.startswith("vllm:prefix_cache_hits_total"))
+
+    def ask(tenant: str) -> None:
+        status, text = engine.request(real_server.base_url + "/v1/completions", body,
+                                      real_server.api_key, extra={"X-Onecat-Tenant": tenant})
+        assert status == 200, text[:300]
+
+    ask("a" * 64)
+    first = hits()
+    ask("a" * 64)
+    same_tenant = hits() - first
+    ask("b" * 64)
+    other_tenant = hits() - first - same_tenant
+    # vLLM counts hits in tokens, in whole blocks on CPU: the same tenant hits, another not.
+    assert same_tenant > 0
+    assert other_tenant == 0
+
+
+def test_the_real_engines_error_answers_are_named_by_the_gate(
+        real_server: engine.Server) -> None:
+    url, key = real_server.base_url, real_server.api_key
+    passed, reason, _ = smoke(url, "no-such-model", "The capital of France is", 4, key)
+    assert not passed and "HTTP 404" in reason, reason
+    too_long = "word " * 700  # the server's --max-model-len is 512
+    passed, reason, _ = smoke(url, real_server.served_name, too_long, 4, key)
+    assert not passed and "HTTP 400" in reason, reason
+    status, text = real_server.post("/v1/completions", {"model": real_server.served_name,
+                                                         "prompt": too_long, "max_tokens": 4})
+    # The engine names its limit: a client (and an operator reading the gate) can see why.
+    assert status == 400 and "512" in text, text
+
+
+def run_bench(server: engine.Server, out: Path, *args: str) -> dict:
+    key_file = out.parent / f"{out.name}.key"
+    key_file.write_text(server.api_key + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat", "bench", "--url", server.base_url,
+         "--api-key-file", str(key_file), "--out", str(out), "--quiet", "--timeout", "120",
+         *args], capture_output=True, text=True, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+def test_the_benchmark_streams_from_the_real_engine(real_server: engine.Server,
+                                                    tmp_path: Path) -> None:
+    summary = run_bench(real_server, tmp_path / "bench", "--concurrency", "1,4",
+                        "--input-len", "32", "--output-len", "16", "--requests-per-level", "8",
+                        "--warmup", "1")
+    levels = summary["levels"]
+    assert [level["max_concurrency"] for level in levels] == [1, 4]
+    for level in levels:
+        assert level["failed"] == 0, level.get("errors")
+        assert level["completed"] == 8, level
+        # ignore_eos: every request gives exactly its 16 tokens, counted from the real stream.
+        assert level["total_output_tokens"] == 8 * 16, level
+        assert level["output_throughput"] > 0 and level["median_ttft_ms"] > 0, level
+
+
+def env_file(server: engine.Server, folder: Path) -> Path:
+    """The serve role's environment file as the benchmark role hands it to the client
+    (roles/vllm_serve/templates/vllm.env.j2): both keys."""
+    path = folder / "vllm.env"
+    path.write_text(f"VLLM_API_KEY={server.api_key}\nONECAT_METRICS_KEY={server.metrics_key}\n"
+                    "ONECAT_GUARD_OPEN_PATHS=\n")
+    return path
+
+
+def test_the_benchmark_reads_the_guarded_engines_metrics_with_the_scrapers_key(
+        real_server: engine.Server, tmp_path: Path) -> None:
+    # The benchmark role passes the serve role's environment file as --api-key-file: the guard
+    # answers /metrics to ONECAT_METRICS_KEY only, so the KV-cache peak needs that key.
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat", "bench", "--url", real_server.base_url,
+         "--api-key-file", str(env_file(real_server, tmp_path)), "--out", str(out), "--quiet",
+         "--concurrency", "2", "--input-len", "32", "--output-len", "32",
+         "--requests-per-level", "4", "--warmup", "0"],
+        capture_output=True, text=True, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    level = json.loads((out / "summary.json").read_text())["levels"][0]
+    assert level["failed"] == 0
+    # Read, not missing (a 401 leaves it None); a level this short may see an idle cache.
+    assert level["kv_cache_usage_perc_max"] is not None
+
+
+def test_multiturn_hit_rate_comes_from_the_real_engines_counters(
+        real_server: engine.Server, tmp_path: Path) -> None:
+    out = tmp_path / "multiturn"
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat", "bench", "--url", real_server.base_url,
+         "--api-key-file", str(env_file(real_server, tmp_path)), "--out", str(out), "--quiet",
+         "--workload", "multiturn", "--conversations", "4", "--turns", "3",
+         "--system-len", "160", "--turn-len", "20", "--output-len", "8", "--concurrency", "2"],
+        capture_output=True, text=True, check=False, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((out / "multiturn.json").read_text())
+    cache = report["prefix_cache"]
+    # Every later turn resends its conversation, and all share the system prompt: the real
+    # counters (in tokens, whole CPU blocks) must show hits.
+    assert cache["queries"] > 0 and cache["hit_rate"] is not None and cache["hit_rate"] > 0.2, cache
