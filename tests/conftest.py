@@ -1,4 +1,5 @@
-"""Session-wide order of the test run: every other test first, then the molecule scenarios.
+"""Session-wide order of the test run: every other test first, then the molecule scenarios
+(the real-engine tier between the last two: session_order).
 
 The quick tests run alone (some race real HAProxy checks on loopback: CPU taken by two
 converging fleets made one of them flaky). Then the selected scenarios start together, side by
@@ -21,7 +22,24 @@ NVML_DOUBLE = Path(__file__).resolve().parent / "nvml_double"
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # trylast: after -m/-k deselection, so only the scenarios that will run are moved.
-    items.sort(key=lambda item: item.get_closest_marker("molecule") is not None)
+    items[:] = session_order(items)
+
+
+def session_order(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Every other test first, then the scenarios' tests, with the real-engine tier
+    (tests/real_engine) before the last scenario's: the scenarios run in the background from
+    the first one's test, so the tier runs while the last (longest) scenario still converges,
+    on the core the one that ended left free, instead of after it. Alone, the tier runs as it
+    is collected."""
+    def marked(item: pytest.Item, name: str) -> bool:
+        return item.get_closest_marker(name) is not None
+
+    scenarios = [item for item in items if marked(item, "molecule")]
+    tier = [item for item in items if marked(item, "real_engine") and item not in scenarios]
+    rest = [item for item in items if item not in scenarios and item not in tier]
+    if not scenarios:
+        return rest + tier
+    return rest + scenarios[:-1] + tier + scenarios[-1:]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

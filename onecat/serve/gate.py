@@ -53,6 +53,11 @@ def wait_ready(base_url: str, served_name: str, timeout_s: float, api_key: str =
             names = served_names(models)
             if status == 200 and served_name in names:
                 return True, f"/health is 200 and /v1/models lists {served_name!r}"
+            if status in (401, 403):
+                # Upstream vLLM's --api-key guards /v1 only: /health answers anyone.
+                return False, (f"/v1/models answered {status}: the server does not accept "
+                               "the key it was given (the gate sends VLLM_API_KEY from the "
+                               "unit's environment file)")
             last = (f"/v1/models answered {status} listing {names} (waiting for "
                     f"{served_name!r})")
         elif status in (401, 403):

@@ -216,12 +216,17 @@ GUARD_DIR = REPO / "roles" / "vllm_serve" / "files"
 
 def start(workdir: Path, api_key: str = "real-engine-key", args: list[str] | None = None,
           env: dict[str, str] | None = None, wait_s: float = 240, guard: bool = True,
-          metrics_key: str = "real-engine-metrics-key") -> Server:
+          metrics_key: str = "real-engine-metrics-key", one_process: bool = False) -> Server:
     """Start the real server on a free loopback port and wait for its /health.
 
     As the serve role starts it (roles/vllm_serve/templates/vllm.service.j2, vllm.env.j2): the
     key in VLLM_API_KEY, never on the command line, and with `guard` onecat's key guard as
-    vLLM's --middleware from PYTHONPATH, the scrapers' key in ONECAT_METRICS_KEY."""
+    vLLM's --middleware from PYTHONPATH, the scrapers' key in ONECAT_METRICS_KEY.
+
+    Each vLLM process imports torch and vLLM again, about 20 s here: the executor is `uni` (the
+    model runs in the engine core's process, not a worker of its own), and `one_process` keeps
+    the engine core in the API server's process too (VLLM_ENABLE_V1_MULTIPROCESSING=0), for
+    the tests that do not need vLLM's process layout (one that kills the engine core does)."""
     home = venv()
     python = home / "bin" / "python"
     model_dir = model(python)
@@ -231,12 +236,15 @@ def start(workdir: Path, api_key: str = "real-engine-key", args: list[str] | Non
     flags = ["--model", str(model_dir), "--served-model-name", SERVED_NAME,
              "--host", "127.0.0.1", "--port", str(port), "--enable-prefix-caching",
              "--max-model-len", "512", "--enforce-eager",
-             "--kv-cache-memory-bytes", "64M", "--seed", "0", *(args or [])]
+             "--kv-cache-memory-bytes", "64M", "--seed", "0",
+             "--distributed-executor-backend", "uni", *(args or [])]
     # VLLM_CACHE_ROOT: each start leaves files there (issue 48); the test's folder takes them.
     engine_env = quiet_env({"VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
                             "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
                             "VLLM_DO_NOT_TRACK": "1", "TMPDIR": str(workdir),
                             "VLLM_API_KEY": api_key})
+    if one_process:
+        engine_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if guard:
         flags += ["--middleware", "onecat_guard.Guard"]
         engine_env.update({"PYTHONPATH": str(GUARD_DIR), "ONECAT_METRICS_KEY": metrics_key})

@@ -16,12 +16,15 @@ import sys
 from pathlib import Path
 
 import engine
+import pytest
 
 from onecat.answers import hung, likelihood
 from onecat.answers.probe import judge, tokenize
 from onecat.answers.prompts import DEFAULT_FILE, SCORE_TEXTS, parse
 from onecat.serve.gate import smoke, wait_ready
 from onecat.watch.look import Probe, run_probe
+
+pytestmark = pytest.mark.real_engine
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPTS = parse(DEFAULT_FILE.read_text())

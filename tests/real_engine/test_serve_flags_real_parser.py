@@ -39,6 +39,8 @@ from onecat.model.plan import plan_model
 from onecat.serve.flags import merge_args, serve_argv
 from onecat.serve.fork_flags import FORK_ONLY_FLAGS, FORK_ONLY_VALUES, split_fork_only
 
+pytestmark = pytest.mark.real_engine
+
 PARSER = Path(__file__).resolve().parent / "parse_serve_args.py"
 REPO = Path(__file__).resolve().parents[2]
 # What the facts of a 2x V100-16GB PCIe pair say (as tests/unit/test_plan_hybrid.py).
