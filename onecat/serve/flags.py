@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .fork_flags import FORK_ONLY_FLAGS, FORK_ONLY_VALUES, FORK_REPO
+
 ENGINES = ("1cat-vllm", "vllm")
 
 # Flags gone from the engines' CLI: flag -> why, and what to do instead.
@@ -133,6 +135,23 @@ def role_flag_of(name: str, accepted: set[str] | None = None) -> str | None:
     return None
 
 
+def fork_only_problem(engine: str, name: str, value: str | None) -> str | None:
+    """Why upstream vLLM (engine `vllm`) refuses a flag or value only the fork has, or None
+    (fork_flags.py: the one list, checked against upstream's own parser by the real-engine
+    tier): its parser stops at the flag, its AttentionConfig at the backend, in a crash loop
+    the gate would only see after the unit started."""
+    if engine != "vllm":
+        return None
+    if name in FORK_ONLY_FLAGS:
+        return (f"{name} exists only in the {FORK_REPO} fork ({FORK_ONLY_FLAGS[name][1]}); "
+                "upstream vLLM refuses it: remove it, or serve with vllm_serve_engine 1cat-vllm")
+    where = FORK_ONLY_VALUES.get((name, (value or "").strip()))
+    if where:
+        return (f"{name} {value} exists only in the {FORK_REPO} fork ({where}); upstream vLLM "
+                "refuses it: remove it, or serve with vllm_serve_engine 1cat-vllm")
+    return None
+
+
 def check_argv(engine: str, argv: list[str], capability: int,
                accepted: set[str] | None = None, role_owned: bool = True) -> list[str]:
     """Problems with these engine arguments, one actionable sentence each."""
@@ -147,6 +166,10 @@ def check_argv(engine: str, argv: list[str], capability: int,
         if owned:
             what = name if owned == name else f"{name} (read as {owned})"
             problems.append(f"{what} is set by the role: use {ROLE_FLAGS[owned]}")
+            continue
+        fork_only = fork_only_problem(engine, name, value)
+        if fork_only:
+            problems.append(fork_only)
             continue
         lowered = (value or "").strip().lower()
         if (name, lowered) in REFUSED_VALUES:

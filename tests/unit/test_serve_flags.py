@@ -167,3 +167,17 @@ def test_the_image_lock_pins_every_requirement_by_hash(lock, torch, problem):
         assert problems == []
     else:
         assert len(problems) == 1 and problem in problems[0], problems
+
+
+@pytest.mark.parametrize("argv", [
+    ["--attention-backend", "FLASH_ATTN_V100"],
+    ["--attention-backend=FLASHINFER_SM70"],
+    ["--calculate-kv-scales"],
+    ["--max-num-partial-prefills", "2"],
+])
+def test_the_forks_own_flags_and_values_are_refused_for_upstream_vllm_only(argv):
+    upstream = check_argv("vllm", argv, 70)
+    assert len(upstream) == 1
+    assert "only in the 1CatAI/1Cat-vLLM fork" in upstream[0]
+    assert "vllm_serve_engine 1cat-vllm" in upstream[0]
+    assert check_argv("1cat-vllm", argv, 70) == []
