@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from onecat.files import read_json, write_atomic
+from onecat.health import gpu_lock
 
 # nvml.h: nvmlEventTypeXidCriticalError.
 EVENT_TYPE_XID = 0x8
@@ -59,9 +60,8 @@ LIB_RM_VERSION_MISMATCH = 18
 SOURCE = "nvml-event"
 DEFAULT_FILE = Path("/var/lib/onecat/watch/xid-events.jsonl")
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
-# The repair runner's folder: its reset lock (onecat/repair/gpu_lock.py) pauses the listener.
+# The repair runner's folder: its reset lock (onecat/health/gpu_lock.py) pauses the listener.
 REPAIR_DIR = Path("/var/lib/onecat/repair")
-LOCK_FILE = "gpu-reset.lock"  # onecat.repair.gpu_lock.LOCK_FILE (tests pin the two equal)
 # How long one nvmlEventSetWait_v2 waits (gpud and the device plugin wait 5000 ms): short, so a
 # SIGTERM or the repair runner's reset lock is seen within a second.
 WAIT_MS = 1000
@@ -322,23 +322,10 @@ class Listener:
                      0o644)
 
     def reset_under_way(self) -> bool:
-        """Whether the repair runner holds the GPUs' reset lock (onecat/repair/gpu_lock.py): a
-        reset needs the devices to itself, and an NVML client makes `nvidia-smi -r` fail "In use
-        by another client"."""
-        if self.repair_dir is None:
-            return False
-        import fcntl
-        try:
-            fd = os.open(self.repair_dir / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        """Whether the repair runner holds the GPUs' reset lock (gpu_lock.py): a reset needs
+        the devices to itself, and an NVML client makes `nvidia-smi -r` fail "In use by
+        another client"."""
+        return self.repair_dir is not None and gpu_lock.busy(self.repair_dir)
 
     # -- NVML --
     def _register(self, event_set: Any) -> None:

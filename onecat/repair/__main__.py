@@ -27,9 +27,10 @@ from onecat import httpsync
 from onecat.answers.hung import RUNNING, WAITING, samples
 from onecat.answers.probe import references_identity
 from onecat.files import read_json, write_json
+from onecat.health import gpu_lock
 from onecat.serve.gate import key_from_env_file, smoke, wait_ready
 
-from . import gpu_lock, history, lease_client
+from . import history, lease_client
 from .files import HISTORY_FILE, ORDER_FILE, PROGRESS_FILE, REPORT_FILE
 from .run import DRIVER_UNAVAILABLE, REBOOTING, TERMINAL, Ladder, new_progress
 

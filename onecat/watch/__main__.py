@@ -17,9 +17,10 @@ from pathlib import Path
 from onecat.answers.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
 from onecat.answers.prompts import read as read_prompts
 from onecat.files import write_atomic
+from onecat.health import gpu_lock
 from onecat.health.judge import ERROR
 from onecat.health.nvml import LIB_RM_VERSION_MISMATCH, NvmlUnavailable
-from onecat.repair import floor, gpu_lock, lease_client
+from onecat.repair import floor, lease_client
 from onecat.serve.gate import key_from_env_file
 from onecat.timespan import timespan_seconds
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from onecat.repair import gpu_lock
+from onecat.health import gpu_lock
 from onecat.repair.__main__ import NodeHost
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ def test_the_lock_is_busy_only_while_held_and_a_crash_drops_it(tmp_path: Path) -
     # A runner killed while it holds the lock: the kernel drops it with the process.
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from onecat.repair import gpu_lock\nwith gpu_lock.held(Path(sys.argv[1])):\n"
+         "from onecat.health import gpu_lock\nwith gpu_lock.held(Path(sys.argv[1])):\n"
          "    print('held', flush=True); time.sleep(60)", str(tmp_path)],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from onecat.health import xid_events
+from onecat.health import gpu_lock, xid_events
 from onecat.health.nvml import log_cursor, parse_xid
-from onecat.repair import gpu_lock
 from onecat.watch.deltas import change_findings
 from onecat.watch.metrics import render
 
@@ -30,7 +29,6 @@ def test_bus_ids_of_every_spelling_are_one() -> None:
     assert xid_events.bus_id("0000:3b:00") == BUS
     assert xid_events.bus_id(b"00000000:3B:00.0") == BUS
     assert xid_events.bus_id("garbage") is None
-    assert xid_events.LOCK_FILE == gpu_lock.LOCK_FILE
 
 
 def test_the_file_keeps_the_newest_records_and_skips_broken_lines(tmp_path: Path) -> None:
