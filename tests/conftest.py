@@ -28,15 +28,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def session_order(items: list[pytest.Item]) -> list[pytest.Item]:
     """Every other test first, then the scenarios' tests, with the real-engine tier
     (tests/real_engine) before the last scenario's: the scenarios run in the background from
-    the first one's test, so the tier runs while the last (longest) scenario still converges,
-    on the core the one that ended left free, instead of after it. Alone, the tier runs as it
-    is collected."""
+    the first one's test, so the tier runs while the last (longest) scenario still converges
+    instead of after it; what it waits on (a server's start, its imports) overlaps what the
+    scenario waits on (docs/testing.md measures what that costs the scenario). Alone, the tier
+    runs as it is collected."""
     def marked(item: pytest.Item, name: str) -> bool:
         return item.get_closest_marker(name) is not None
 
     scenarios = [item for item in items if marked(item, "molecule")]
-    tier = [item for item in items if marked(item, "real_engine") and item not in scenarios]
-    rest = [item for item in items if item not in scenarios and item not in tier]
+    tier = [item for item in items if marked(item, "real_engine") and not marked(item, "molecule")]
+    placed = {id(item) for item in scenarios + tier}
+    rest = [item for item in items if id(item) not in placed]
     if not scenarios:
         return rest + tier
     return rest + scenarios[:-1] + tier + scenarios[-1:]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .fork_flags import FORK_ONLY_FLAGS, FORK_ONLY_VALUES, FORK_REPO
+from .fork_flags import FORK_ONLY_FLAGS, FORK_REPO, fork_only_value
 
 ENGINES = ("1cat-vllm", "vllm")
 
@@ -145,7 +145,7 @@ def fork_only_problem(engine: str, name: str, value: str | None) -> str | None:
     if name in FORK_ONLY_FLAGS:
         return (f"{name} exists only in the {FORK_REPO} fork ({FORK_ONLY_FLAGS[name][1]}); "
                 "upstream vLLM refuses it: remove it, or serve with vllm_serve_engine 1cat-vllm")
-    where = FORK_ONLY_VALUES.get((name, (value or "").strip()))
+    where = fork_only_value(name, value or "")
     if where:
         return (f"{name} {value} exists only in the {FORK_REPO} fork ({where}); upstream vLLM "
                 "refuses it: remove it, or serve with vllm_serve_engine 1cat-vllm")

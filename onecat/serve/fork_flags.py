@@ -38,6 +38,13 @@ FORK_ONLY_VALUES: dict[tuple[str, str], str] = {
 }
 
 
+def fork_only_value(name: str, value: str) -> str | None:
+    """Where the fork defines this flag's value, None when upstream has it too. vLLM reads a
+    backend's name without case (upstream 0.32.0 vllm/config/attention.py:192,
+    `AttentionBackendEnum[value.upper()]`)."""
+    return FORK_ONLY_VALUES.get((name, value.strip().upper()))
+
+
 def split_fork_only(argv: list[str]) -> tuple[list[str], list[list[str]]]:
     """argv without its fork-only flags and values, and what was taken out (each flag with its
     value, as given): upstream vLLM's parser checks the rest."""
@@ -49,9 +56,11 @@ def split_fork_only(argv: list[str]) -> tuple[list[str], list[list[str]]]:
         name, sep, value = item.partition("=")
         following = argv[index + 1] if index + 1 < len(argv) else None
         if name in FORK_ONLY_FLAGS:
-            # A bare flag never takes the next item; one with a value takes it unless "=" did.
-            width = 1 if sep or FORK_ONLY_FLAGS[name][0] is None or following is None else 2
-        elif (name, value if sep else following or "") in FORK_ONLY_VALUES:
+            # A bare flag never takes the next item; one with a value takes it unless "=" did
+            # or the next item is a flag of its own.
+            width = (1 if sep or FORK_ONLY_FLAGS[name][0] is None or following is None
+                     or following.startswith("--") else 2)
+        elif fork_only_value(name, value if sep else following or "") is not None:
             width = 1 if sep else 2
         else:
             kept.append(item)

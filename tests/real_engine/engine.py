@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +39,17 @@ REPO = HERE.parents[1]
 CACHE = Path(os.environ.get("ONECAT_REAL_ENGINE_CACHE", REPO / ".cache" / "real-engine"))
 LOCK = HERE / "requirements.txt"
 TORCH_FILE = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+TORCH_URL = "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 SERVED_NAME = "tiny"
 VLLM_VERSION = "0.32.0"
+
+
+def off() -> bool:
+    """ONECAT_REAL_ENGINE=0: the tier is skipped on a machine that cannot carry it."""
+    return os.environ.get("ONECAT_REAL_ENGINE") == "0"
+
+
+OFF_REASON = "ONECAT_REAL_ENGINE=0: the real-engine tier is off"
 
 
 class EngineUnavailable(RuntimeError):
@@ -56,7 +65,8 @@ def torch_wheels() -> Path:
     if not (folder / TORCH_FILE).is_file():
         raise EngineUnavailable(
             f"the real-engine tests need PyTorch 2.13.0's CPU build as a file, {TORCH_FILE}, "
-            f"in {folder} (this machine kind carries it in /opt/wheels): put it there or set "
+            f"in {folder} (this machine kind carries it in /opt/wheels; elsewhere download "
+            f"{TORCH_URL}, whose sha256 the lock {LOCK.name} pins): put it there or set "
             "ONECAT_TORCH_WHEELS to the folder that holds it; ONECAT_REAL_ENGINE=0 skips the "
             "tier")
     return folder
@@ -91,14 +101,18 @@ def venv() -> Path:
     target = CACHE / f"venv-{_digest(LOCK.read_bytes())}"
     # Built in place (a venv's scripts name their folder), complete once the marker is there.
     complete = target / ".onecat-complete"
-    if complete.exists():
+    if complete.exists() and (target / "bin" / "python").exists():
         return target
     wheels = torch_wheels()
     with _locked("venv"):
-        if complete.exists():
+        if complete.exists() and (target / "bin" / "python").exists():
             return target
         shutil.rmtree(target, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)], check=True)
+        made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(target)],
+                              capture_output=True, text=True, check=False)
+        if made.returncode != 0:
+            raise EngineUnavailable(f"cannot make the real engine's venv in {target} with "
+                                    f"{sys.executable}: {made.stderr.strip()[-1000:]}")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "PIP_"))}
         done = subprocess.run(
             [_uv(), "pip", "install", "--no-config", "--python", str(target / "bin" / "python"),
@@ -167,19 +181,35 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def engine_core_pids(self) -> list[int]:
-        """The engine core processes under the API server (V1 multiprocessing)."""
+        """The engine core processes under the API server (V1 multiprocessing): vLLM names
+        them with setproctitle, which rewrites the command line (the kernel's 15-character
+        comm would cut the name)."""
         found = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True,
                                text=True, check=False)
-        pids = [int(pid) for pid in found.stdout.split()]
-        return [pid for pid in pids
-                if b"EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes()
-                or "EngineCore" in Path(f"/proc/{pid}/comm").read_text()]
+        pids = []
+        for pid in (int(text) for text in found.stdout.split()):
+            try:
+                if b"VLLM::EngineCore" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    pids.append(pid)
+            except OSError:
+                continue  # gone meanwhile
+        return pids
 
     def get(self, path: str, key: str | None = None) -> tuple[int, str]:
         return request(self.base_url + path, key=self.api_key if key is None else key)
 
     def post(self, path: str, body: dict, key: str | None = None) -> tuple[int, str]:
         return request(self.base_url + path, body, key=self.api_key if key is None else key)
+
+    def warm(self) -> None:
+        """One echoed-logprobs completion with a long timeout: vLLM warms that path on its first
+        use (about 18 s here, more beside a converging scenario), which a test's own timeout
+        must not pay."""
+        status, text = request(self.base_url + "/v1/completions", {
+            "model": self.served_name, "prompt": "The capital of France is", "max_tokens": 1,
+            "echo": True, "logprobs": 0, "temperature": 0}, key=self.api_key, timeout=300)
+        if status != 200:
+            raise EngineUnavailable(f"the warm-up completion answered {status}: {text[:300]}")
 
     def tail(self, lines: int = 40) -> str:
         try:
@@ -188,13 +218,17 @@ class Server:
             return ""
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        """Stop the whole process group: the API server, and the engine core even when the
+        server is already gone (a test killed it) or went first."""
+        def signal_group(number: int) -> None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.process.pid, number)
+
+        signal_group(signal.SIGTERM)
+        with suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=30)
+        signal_group(signal.SIGKILL)
+        self.process.wait(timeout=10)
 
 
 def request(url: str, body: dict | None = None, key: str = "", timeout: float = 60,
@@ -215,7 +249,7 @@ GUARD_DIR = REPO / "roles" / "vllm_serve" / "files"
 
 
 def start(workdir: Path, api_key: str = "real-engine-key", args: list[str] | None = None,
-          env: dict[str, str] | None = None, wait_s: float = 240, guard: bool = True,
+          env: dict[str, str] | None = None, wait_s: float = 420, guard: bool = True,
           metrics_key: str = "real-engine-metrics-key", one_process: bool = False) -> Server:
     """Start the real server on a free loopback port and wait for its /health.
 

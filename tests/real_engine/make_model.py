@@ -1,7 +1,7 @@
 """Make the tiny model the real engine serves in the tests: no download, a few seconds on a CPU.
 
-Runs with the engine's own venv (tests/real_engine/venv.py), which carries torch, transformers
-and tokenizers as vLLM pins them: `python make_model.py OUT`.
+Runs with the engine's own venv (tests/real_engine/engine.py `venv`), which carries torch,
+transformers and tokenizers as vLLM pins them: `python make_model.py OUT`.
 
 A byte-level BPE tokenizer trained on the corpus below, and a Qwen2ForCausalLM (the
 architecture of the fork's Qwen models) small enough to train in seconds: hidden 128, two

@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import engine
@@ -36,6 +37,23 @@ def metrics(server: engine.Server) -> str:
     return text
 
 
+def counter(server: engine.Server, name: str) -> float:
+    """A counter summed over its label sets."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics(server).splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def moved(server: engine.Server, name: str, since: float, wait_s: float = 5.0) -> float:
+    """How far a counter moved from `since`, polled for a few seconds: the engine records a
+    request's stats when its output handler runs, which may be just after the answer."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        change = counter(server, name) - since
+        if change > 0 or time.monotonic() >= deadline:
+            return change
+        time.sleep(0.2)
+
+
 def sample_names(text: str) -> set[str]:
     names = set()
     for line in text.splitlines():
@@ -57,10 +75,12 @@ def test_the_gate_finds_the_real_server_ready_and_its_smoke_answer_is_the_models
 
 def test_the_gate_stops_at_once_when_the_guarded_server_refuses_the_key(
         real_server: engine.Server) -> None:
+    began = time.monotonic()
     ready, why = wait_ready(real_server.base_url, real_server.served_name, 60, "not-the-key",
                             interval_s=0.5)
     assert not ready
-    assert "does not accept the key" in why, why
+    assert "/health answered 401" in why and "does not accept the key" in why, why
+    assert time.monotonic() - began < 10
 
 
 def test_the_watch_probe_asks_the_real_engine_and_records_its_likelihoods(
@@ -131,9 +151,17 @@ def test_every_engine_metric_onecat_reads_is_on_the_real_metrics_page(
                  "vllm:gpu_prefix_cache_queries_total"}
     # Prose names a counter without its _total, a histogram without _bucket.
     base = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in names}
+    # The scan found what the watch, the benchmark and the alerts read.
+    assert {"vllm:generation_tokens_total", "vllm:kv_cache_usage_perc",
+            "vllm:prefix_cache_hits_total", "vllm:num_requests_running"} <= read
     missing = sorted(n for n in read - fallbacks
                      if n not in names and n not in base and n + "_total" not in names)
     assert missing == [], f"onecat reads metrics the real engine does not export: {missing}"
+    # The alerts and the dashboard group by the served model's name.
+    page = metrics(real_server)
+    for name in ("vllm:generation_tokens_total", "vllm:kv_cache_usage_perc"):
+        labelled = rf'^{name}\{{[^}}]*model_name="{real_server.served_name}"'
+        assert re.search(labelled, page, re.MULTILINE), name
 
 
 def test_the_hung_judge_sees_the_real_generation_counter_move(
@@ -142,6 +170,7 @@ def test_the_hung_judge_sees_the_real_generation_counter_move(
     assert before is not None
     smoke(real_server.base_url, real_server.served_name, "Count from one to ten:", 6,
           real_server.api_key)
+    assert moved(real_server, hung.GENERATED, before.generated) > 0
     after = hung.activity(metrics(real_server))
     assert after is not None and after.generated > before.generated
     assert hung.stuck(before, after, 30) is None
@@ -163,9 +192,8 @@ def test_the_guards_tenant_salt_keeps_the_real_prefix_cache_apart(
     assert tokens and 300 <= len(tokens) < 500, len(tokens or [])
     body = {"model": real_server.served_name, "prompt": prompt, "max_tokens": 1}
 
-    def hits() -> float:
-        return sum(float(line.rsplit(" ", 1)[1]) for line in metrics(real_server).splitlines()
-                   if line.startswith("vllm:prefix_cache_hits_total"))
+    hits = "vllm:prefix_cache_hits_total"
+    queries = "vllm:prefix_cache_queries_total"
 
     def ask(tenant: str) -> None:
         status, text = engine.request(real_server.base_url + "/v1/completions", body,
@@ -173,11 +201,15 @@ def test_the_guards_tenant_salt_keeps_the_real_prefix_cache_apart(
         assert status == 200, text[:300]
 
     ask("a" * 64)
-    first = hits()
+    first = counter(real_server, hits)
+    asked = counter(real_server, queries)
     ask("a" * 64)
-    same_tenant = hits() - first
+    same_tenant = moved(real_server, hits, first)
+    asked = moved(real_server, queries, asked) + asked
     ask("b" * 64)
-    other_tenant = hits() - first - same_tenant
+    # The queries counter moving says the engine recorded this request; hits must not have.
+    assert moved(real_server, queries, asked) > 0
+    other_tenant = counter(real_server, hits) - first - same_tenant
     # vLLM counts hits in tokens, in whole blocks on CPU: the same tenant hits, another not.
     assert same_tenant > 0
     assert other_tenant == 0
@@ -265,3 +297,42 @@ def test_multiturn_hit_rate_comes_from_the_real_engines_counters(
     # Every later turn resends its conversation, and all share the system prompt: the real
     # counters (in tokens, whole CPU blocks) must show hits.
     assert cache["queries"] > 0 and cache["hit_rate"] is not None and cache["hit_rate"] > 0.2, cache
+
+
+def test_the_burn_in_judges_the_real_engine_under_load_and_records_its_references(
+        real_server: engine.Server, libdir: Path, tmp_path: Path) -> None:
+    # The GPUs are the NVML double's (the hardware edge); the answers, the load and the
+    # likelihoods are the real engine's, under real batching.
+    sys.path.insert(0, str(REPO / "tests" / "nvml_double"))
+    import nvml_double_harness as double
+
+    def burnin(name: str, *extra: str) -> tuple[int, str, dict]:
+        out = tmp_path / f"{name}.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "onecat.burnin", "--url", real_server.base_url,
+             "--model", real_server.served_name,
+             "--api-key-file", str(env_file(real_server, tmp_path)), "--seconds", "6",
+             "--concurrency", "2", "--max-tokens", "16", "--ask-every", "2",
+             "--prompts", str(DEFAULT_FILE), "--out", str(out),
+             "--kernel-log", str(double.kernel_log("healthy_pcie_pair")), *extra],
+            env=double.double_env(libdir, "healthy_pcie_pair"), capture_output=True,
+            text=True, check=False, cwd=REPO, timeout=300)
+        return done.returncode, done.stdout + done.stderr, json.loads(out.read_text())
+
+    rc, said, doc = burnin("first")
+    assert rc == 0, said
+    assert doc["verdict"] == "healthy" and doc["admitted"], doc["findings"]
+    assert doc["load"]["completed"] > 0 and doc["load"]["failed"] == 0, doc["load"]
+    under_load = doc["answers"]["under_load"]
+    assert under_load and all(answer["ok"] for answer in under_load), under_load
+    likelihoods = doc["references"]["likelihood"]
+    assert likelihoods.keys() == set(SCORE_TEXTS)
+    assert all(0 < nll < likelihood.FIRST_MAX_NLL for nll in likelihoods.values())
+    # The canary's references, halved: the same engine now "moved", and the burn-in refuses it.
+    wrong = tmp_path / "references.json"
+    wrong.write_text(json.dumps({"likelihood": {t: v / 2 for t, v in likelihoods.items()}}))
+    rc, said, doc = burnin("second", "--references", str(wrong))
+    assert rc == 1, said
+    assert not doc["admitted"]
+    assert any("likelihood moved" in finding["message"] for finding in doc["findings"]), \
+        doc["findings"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
 import subprocess
 import sys
@@ -114,8 +113,8 @@ def role_command(model_dir: Path, options: dict[str, Any], args: dict[str, Any],
 
 def upstream_parse(argvs: list[list[str]]) -> list[dict[str, Any]]:
     """Each argv through upstream vLLM's `vllm serve` parser: {"ok": ...[, "error": ...]}."""
-    if os.environ.get("ONECAT_REAL_ENGINE") == "0":
-        pytest.skip("ONECAT_REAL_ENGINE=0: the real-engine tier is off")
+    if engine.off():
+        pytest.skip(engine.OFF_REASON)
     try:
         python = engine.venv() / "bin" / "python"
     except engine.EngineUnavailable as error:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from onecat.bench.cli import _read_key
+from onecat.bench.cli import _read_key, _read_metrics_key
 from onecat.bench.session import BenchError
 
 
@@ -30,3 +30,19 @@ def test_empty_or_missing_key_file_is_refused(tmp_path):
         _read_key(empty)
     with pytest.raises(BenchError, match="cannot read --api-key-file"):
         _read_key(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    # The serve role's file: the node's guard answers /metrics to the scrapers' key only.
+    ("# serve role\nVLLM_API_KEY=abc\nONECAT_METRICS_KEY=def\n", "def"),
+    ("export ONECAT_METRICS_KEY='def'\n", "def"),
+    ("VLLM_API_KEY=abc\nONECAT_METRICS_KEY=\n", None),
+    # A key alone: /metrics gets the API key, as an unguarded vLLM takes.
+    ("sk-abc123\n", None),
+])
+def test_the_metrics_key_comes_from_the_serve_roles_file(tmp_path, text, key):
+    path = tmp_path / "key"
+    path.write_text(text)
+    assert _read_metrics_key(path) == key
+    assert _read_metrics_key(None) is None
+    assert _read_metrics_key(tmp_path / "missing") is None

