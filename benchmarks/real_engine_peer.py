@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "real_engine"))
+import engine
 import peer
 
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, int, dict]] = []
     with tempfile.TemporaryDirectory(prefix="onecat-peer-") as folder:
         work = Path(folder)
-        server = peer.start(work / "server")
+        server = engine.start(work / "server")
         try:
             for round_ in range(args.rounds):
                 # Alternate who goes first: a drift of the machine falls on both.
@@ -42,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
                 for client in order:
                     seed = 1000 + 2 * round_ + (client == "vllm")
                     run = peer.run_onecat if client == "onecat" else peer.run_vllm
-                    figures = run(server, work / f"{client}-{round_}", seed, shape)
+                    out = work / f"{client}-{round_}"
+                    figures = peer.timed_by_server(
+                        server, lambda run=run, out=out, seed=seed: run(server, out, seed, shape))
                     rows.append((client, round_, figures))
                     print(f"round {round_} {client}: {json.dumps(figures)}", file=sys.stderr)
         finally:
@@ -51,18 +54,21 @@ def main(argv: list[str] | None = None) -> int:
           f"with EOS ignored, concurrency {shape.concurrency}, {shape.requests} requests, "
           f"{shape.warmup} unmeasured first; {args.rounds} interleaved runs each.\n")
     print("| client | run | completed | failed | output tokens | output tok/s | "
-          "TTFT median ms | TPOT median ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "TTFT median ms | TPOT median ms | TTFT mean ms (server's) | E2E mean ms (server's) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for client, round_, f in rows:
+        seen = f["server"]
         print(f"| {client} | {round_} | {f['completed']} | {f['failed']} | "
               f"{f['total_output_tokens']} | {f['output_throughput']:.1f} | "
-              f"{f['median_ttft_ms']:.1f} | {f['median_tpot_ms']:.2f} |")
+              f"{f['median_ttft_ms']:.1f} | {f['median_tpot_ms']:.2f} | "
+              f"{f['mean_ttft_ms']:.1f} ({seen['mean_ttft_ms']:.1f}) | "
+              f"{f['mean_e2el_ms']:.1f} ({seen['mean_e2el_ms']:.1f}) |")
     for client in ("onecat", "vllm"):
         mine = [f for c, _, f in rows if c == client]
         print(f"| **{client}, median** | | | | | "
               f"{statistics.median(f['output_throughput'] for f in mine):.1f} | "
               f"{statistics.median(f['median_ttft_ms'] for f in mine):.1f} | "
-              f"{statistics.median(f['median_tpot_ms'] for f in mine):.2f} |")
+              f"{statistics.median(f['median_tpot_ms'] for f in mine):.2f} | | |")
     if args.json:
         args.json.write_text(json.dumps([{"client": c, "run": r, **f} for c, r, f in rows],
                                         indent=2) + "\n")

@@ -38,9 +38,9 @@ checks() {
   echo "== pytest quick (unit, integration, roles, fuzz: ${workers} workers)"
   pytest -m "not molecule and not real_engine" -n "${workers}" --dist worksteal \
     --durations=0 --durations-min=0.05 || quick_rc=$?
-  # The real-engine tier (tests/real_engine: upstream vLLM's CPU build, a server per test
-  # module) goes with the scenarios: tests/conftest.py runs it while the last scenario still
-  # converges, after the first ended (docs/testing.md has what it costs).
+  # The real-engine tier (tests/real_engine: upstream vLLM's CPU build, one server) goes with
+  # the scenarios: tests/conftest.py runs it first, while they create and converge, before
+  # fleet's verify (docs/testing.md has why and what it costs).
   echo "== pytest molecule (the scenarios, side by side, and the real-engine tier)"
   pytest -m "molecule or real_engine" --durations=0 --durations-min=1
   return "${quick_rc}"

@@ -1,5 +1,5 @@
-"""Session-wide order of the test run: every other test first, then the molecule scenarios
-(the real-engine tier between the last two: session_order).
+"""Session-wide order of the test run: every other test first, then the real-engine tier, then
+the molecule scenarios, which start with the tier (session_order).
 
 The quick tests run alone (some race real HAProxy checks on loopback: CPU taken by two
 converging fleets made one of them flaky). Then the selected scenarios start together, side by
@@ -26,12 +26,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def session_order(items: list[pytest.Item]) -> list[pytest.Item]:
-    """Every other test first, then the scenarios' tests, with the real-engine tier
-    (tests/real_engine) before the last scenario's: the scenarios run in the background from
-    the first one's test, so the tier runs while the last (longest) scenario still converges
-    instead of after it; what it waits on (a server's start, its imports) overlaps what the
-    scenario waits on (docs/testing.md measures what that costs the scenario). Alone, the tier
-    runs as it is collected."""
+    """Every other test first, then the real-engine tier (tests/real_engine), then the
+    scenarios' tests. The scenarios start in the background when the tier's first test runs
+    (pytest_runtest_setup), so the tier runs while they create and converge, and is done
+    long before `fleet`'s verify gets to the tests whose HAProxy checks, drains and waits have
+    short timeouts (stop 58's CI lost the fleet scenario while the tier's servers started
+    beside its reboot test)."""
     def marked(item: pytest.Item, name: str) -> bool:
         return item.get_closest_marker(name) is not None
 
@@ -39,9 +39,12 @@ def session_order(items: list[pytest.Item]) -> list[pytest.Item]:
     tier = [item for item in items if marked(item, "real_engine") and not marked(item, "molecule")]
     placed = {id(item) for item in scenarios + tier}
     rest = [item for item in items if id(item) not in placed]
-    if not scenarios:
-        return rest + tier
-    return rest + scenarios[:-1] + tier + scenarios[-1:]
+    return rest + tier + scenarios
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("real_engine") is not None:
+        molecule_runs.start_early()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -3,7 +3,8 @@
 A scenario spends much of its time waiting: on a node's systemd, a gate, a burn-in's load, a
 watch timer, and on one Ansible controller process that uses about one of the machine's
 cores. Two scenarios started together finish well before the two one after the other. They
-start when the first scenario's test runs (tests/conftest.py puts those tests last). Their
+start when the first scenario's test runs (tests/conftest.py puts those tests last), or
+earlier, when the real-engine tier's first test runs (start_early). Their
 logs are not interleaved: each line is kept with the seconds since its scenario started
 (`[fleet +612.3s] INFO ...`), and a scenario's test prints its log when it runs: what came
 so far at once, then live until the scenario ends. `benchmarks/ci_profile.py` reads the
@@ -206,3 +207,11 @@ def run(name: str) -> Run:
             if other not in _runs:
                 _runs[other] = Run(other).start()
     return _runs[name]
+
+
+def start_early() -> None:
+    """Start the selected scenarios before their tests come (the real-engine tier runs
+    meanwhile: tests/conftest.py), when they run side by side and Docker is there; where it
+    is not, the scenarios' own tests say so."""
+    if selected and parallel_wanted() and docker_problem() is None:
+        run(selected[0])

@@ -156,6 +156,26 @@ def quiet_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def onecat_bench(server: Server, out: Path, *args: str, key_file: Path | None = None,
+                 ) -> dict:
+    """`onecat bench` run as the benchmark role runs it, against `server`, writing to `out`;
+    returns its summary.json (multiturn.json for `--workload multiturn`). With no `key_file`,
+    one holding the server's API key."""
+    if key_file is None:
+        key_file = out.parent / f"{out.name}.key"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(server.api_key + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "onecat", "bench", "--url", server.base_url,
+         "--api-key-file", str(key_file), "--out", str(out), "--quiet", *args],
+        capture_output=True, text=True, check=False, cwd=REPO, timeout=900)
+    if done.returncode != 0:
+        raise AssertionError(f"onecat bench failed ({done.returncode}):\n"
+                             f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    report = "multiturn.json" if "multiturn" in args else "summary.json"
+    return json.loads((out / report).read_text())
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -250,17 +270,16 @@ GUARD_DIR = REPO / "roles" / "vllm_serve" / "files"
 
 def start(workdir: Path, api_key: str = "real-engine-key", args: list[str] | None = None,
           env: dict[str, str] | None = None, wait_s: float = 420, guard: bool = True,
-          metrics_key: str = "real-engine-metrics-key", one_process: bool = False) -> Server:
+          metrics_key: str = "real-engine-metrics-key") -> Server:
     """Start the real server on a free loopback port and wait for its /health.
 
     As the serve role starts it (roles/vllm_serve/templates/vllm.service.j2, vllm.env.j2): the
     key in VLLM_API_KEY, never on the command line, and with `guard` onecat's key guard as
     vLLM's --middleware from PYTHONPATH, the scrapers' key in ONECAT_METRICS_KEY.
 
-    Each vLLM process imports torch and vLLM again, about 20 s here: the executor is `uni` (the
-    model runs in the engine core's process, not a worker of its own), and `one_process` keeps
-    the engine core in the API server's process too (VLLM_ENABLE_V1_MULTIPROCESSING=0), for
-    the tests that do not need vLLM's process layout (one that kills the engine core does)."""
+    vLLM's own process layout: the API server, and the engine core in a process of its own
+    (each imports torch and vLLM, about 20 s here); the executor is `uni`, so the model runs
+    in the engine core's process, not a worker of its own."""
     home = venv()
     python = home / "bin" / "python"
     model_dir = model(python)
@@ -277,8 +296,6 @@ def start(workdir: Path, api_key: str = "real-engine-key", args: list[str] | Non
                             "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1",
                             "VLLM_DO_NOT_TRACK": "1", "TMPDIR": str(workdir),
                             "VLLM_API_KEY": api_key})
-    if one_process:
-        engine_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if guard:
         flags += ["--middleware", "onecat_guard.Guard"]
         engine_env.update({"PYTHONPATH": str(GUARD_DIR), "ONECAT_METRICS_KEY": metrics_key})

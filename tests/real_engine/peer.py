@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import engine
 
+from onecat.answers.hung import samples
+
 REPO = engine.REPO
 # What both report, under vllm bench serve's names (onecat bench writes the same keys).
 FIGURES = ("completed", "failed", "total_output_tokens", "output_throughput",
-           "median_ttft_ms", "median_tpot_ms")
+           "median_ttft_ms", "median_tpot_ms", "mean_ttft_ms", "mean_e2el_ms")
+# The server's own clock on each request (vLLM's stat logger, from the request's arrival in the
+# API server to the engine step that made its first token, or its last): histograms whose
+# _sum and _count are exact.
+SERVER_TIMES = {"mean_ttft_ms": "vllm:time_to_first_token_seconds",
+                "mean_e2el_ms": "vllm:e2e_request_latency_seconds"}
 
 
 @dataclass(frozen=True)
@@ -34,19 +41,11 @@ class Shape:
 
 
 def run_onecat(server: engine.Server, out: Path, seed: int, shape: Shape) -> dict:
-    key_file = out.with_suffix(".key")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    key_file.write_text(server.api_key + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "onecat", "bench", "--url", server.base_url,
-         "--api-key-file", str(key_file), "--out", str(out), "--quiet",
-         "--concurrency", str(shape.concurrency), "--input-len", str(shape.input_len),
-         "--output-len", str(shape.output_len), "--requests-per-level", str(shape.requests),
-         "--warmup", str(shape.warmup), "--seed", str(seed), "--timeout", "300"],
-        capture_output=True, text=True, check=False, cwd=REPO)
-    if done.returncode != 0:
-        raise RuntimeError(f"onecat bench failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    level = json.loads((out / "summary.json").read_text())["levels"][0]
+    summary = engine.onecat_bench(
+        server, out, "--concurrency", str(shape.concurrency), "--input-len", str(shape.input_len),
+        "--output-len", str(shape.output_len), "--requests-per-level", str(shape.requests),
+        "--warmup", str(shape.warmup), "--seed", str(seed), "--timeout", "300")
+    level = summary["levels"][0]
     return {name: level.get(name) for name in FIGURES}
 
 
@@ -84,8 +83,27 @@ def run_vllm(server: engine.Server, out: Path, seed: int, shape: Shape) -> dict:
     return figures
 
 
-def start(workdir: Path) -> engine.Server:
-    """The server both measure: vLLM's own process layout (the engine core a process of its
-    own, as on a fleet), not the tests' one-process shortcut, which puts the API server and
-    the engine under one GIL."""
-    return engine.start(workdir)
+def server_clock(server: engine.Server) -> dict[str, float]:
+    """The server's running totals of its request timings (`_sum`, `_count`, summed over label
+    sets), read with the scrapers' key."""
+    status, text = server.get("/metrics", key=server.metrics_key)
+    if status != 200:
+        raise AssertionError(f"/metrics answered {status}: {text[:300]}")
+    return {f"{name}{part}": sum(samples(text, f"{name}{part}"))
+            for name in SERVER_TIMES.values() for part in ("_sum", "_count")}
+
+
+def timed_by_server(server: engine.Server, measure: Callable[[], dict]) -> dict:
+    """Run one client's `measure` and add what the server's own clock says of the same
+    requests (the client's warm-up ones included): `server` holds their count and means."""
+    before = server_clock(server)
+    figures = measure()
+    after = server_clock(server)
+    seen: dict[str, float | None] = {}
+    for key, name in SERVER_TIMES.items():
+        count = after[f"{name}_count"] - before[f"{name}_count"]
+        total = after[f"{name}_sum"] - before[f"{name}_sum"]
+        seen["requests"] = count
+        seen[key] = 1000 * total / count if count else None
+    return {**figures, "server": seen}
+

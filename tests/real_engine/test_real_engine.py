@@ -229,22 +229,11 @@ def test_the_real_engines_error_answers_are_named_by_the_gate(
     assert status == 400 and "512" in text, text
 
 
-def run_bench(server: engine.Server, out: Path, *args: str) -> dict:
-    key_file = out.parent / f"{out.name}.key"
-    key_file.write_text(server.api_key + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "onecat", "bench", "--url", server.base_url,
-         "--api-key-file", str(key_file), "--out", str(out), "--quiet", "--timeout", "120",
-         *args], capture_output=True, text=True, check=False, cwd=REPO)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return json.loads((out / "summary.json").read_text())
-
-
 def test_the_benchmark_streams_from_the_real_engine(real_server: engine.Server,
                                                     tmp_path: Path) -> None:
-    summary = run_bench(real_server, tmp_path / "bench", "--concurrency", "1,4",
-                        "--input-len", "32", "--output-len", "16", "--requests-per-level", "8",
-                        "--warmup", "1")
+    summary = engine.onecat_bench(real_server, tmp_path / "bench", "--concurrency", "1,4",
+                                  "--input-len", "32", "--output-len", "16",
+                                  "--requests-per-level", "8", "--warmup", "1")
     levels = summary["levels"]
     assert [level["max_concurrency"] for level in levels] == [1, 4]
     for level in levels:
@@ -268,15 +257,11 @@ def test_the_benchmark_reads_the_guarded_engines_metrics_with_the_scrapers_key(
         real_server: engine.Server, tmp_path: Path) -> None:
     # The benchmark role passes the serve role's environment file as --api-key-file: the guard
     # answers /metrics to ONECAT_METRICS_KEY only, so the KV-cache peak needs that key.
-    out = tmp_path / "bench"
-    done = subprocess.run(
-        [sys.executable, "-m", "onecat", "bench", "--url", real_server.base_url,
-         "--api-key-file", str(env_file(real_server, tmp_path)), "--out", str(out), "--quiet",
-         "--concurrency", "2", "--input-len", "32", "--output-len", "32",
-         "--requests-per-level", "4", "--warmup", "0"],
-        capture_output=True, text=True, check=False, cwd=REPO)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    level = json.loads((out / "summary.json").read_text())["levels"][0]
+    summary = engine.onecat_bench(
+        real_server, tmp_path / "bench", "--concurrency", "2", "--input-len", "32",
+        "--output-len", "32", "--requests-per-level", "4", "--warmup", "0",
+        key_file=env_file(real_server, tmp_path))
+    level = summary["levels"][0]
     assert level["failed"] == 0
     # Read, not missing (a 401 leaves it None); a level this short may see an idle cache.
     assert level["kv_cache_usage_perc_max"] is not None
@@ -284,15 +269,10 @@ def test_the_benchmark_reads_the_guarded_engines_metrics_with_the_scrapers_key(
 
 def test_multiturn_hit_rate_comes_from_the_real_engines_counters(
         real_server: engine.Server, tmp_path: Path) -> None:
-    out = tmp_path / "multiturn"
-    done = subprocess.run(
-        [sys.executable, "-m", "onecat", "bench", "--url", real_server.base_url,
-         "--api-key-file", str(env_file(real_server, tmp_path)), "--out", str(out), "--quiet",
-         "--workload", "multiturn", "--conversations", "4", "--turns", "3",
-         "--system-len", "160", "--turn-len", "20", "--output-len", "8", "--concurrency", "2"],
-        capture_output=True, text=True, check=False, cwd=REPO)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    report = json.loads((out / "multiturn.json").read_text())
+    report = engine.onecat_bench(
+        real_server, tmp_path / "multiturn", "--workload", "multiturn", "--conversations", "4",
+        "--turns", "3", "--system-len", "160", "--turn-len", "20", "--output-len", "8",
+        "--concurrency", "2", key_file=env_file(real_server, tmp_path))
     cache = report["prefix_cache"]
     # Every later turn resends its conversation, and all share the system prompt: the real
     # counters (in tokens, whole CPU blocks) must show hits.
