@@ -11,6 +11,7 @@ from pathlib import Path
 from onecat.bench.metrics import parse_goodput
 from onecat.bench.observe import nvml_memory_reader
 from onecat.bench.session import LIMITS, BenchError, BenchOptions, load_problem, run_bench
+from onecat.serve.gate import key_from_env_file
 
 
 def _levels(text: str) -> list[int]:
@@ -169,12 +170,7 @@ def _read_key(path: Path) -> str | None:
         return lines[0]  # the key alone (it may itself contain "=")
     if not lines:
         raise BenchError(f"--api-key-file {path} is empty; put the server's API key in it")
-    key = ""
-    for line in lines:
-        name, sep, value = line.removeprefix("export ").partition("=")
-        if sep and name.strip() == "VLLM_API_KEY":
-            key = value.strip().strip("'\"")
-    return key or None
+    return key_from_env_file(text) or None
 
 
 def _read_metrics_key(path: Path | None) -> str | None:
@@ -190,12 +186,7 @@ def _read_metrics_key(path: Path | None) -> str | None:
         text = path.read_text()
     except OSError:
         return None  # _read_key names the unreadable file
-    key = ""
-    for line in text.splitlines():
-        name, sep, value = line.strip().removeprefix("export ").partition("=")
-        if sep and name.strip() == "ONECAT_METRICS_KEY":
-            key = value.strip().strip("'\"")
-    return key or None
+    return key_from_env_file(text, "ONECAT_METRICS_KEY") or None
 
 
 def _write_share(args: argparse.Namespace, before: str, levels: list[dict]) -> None:

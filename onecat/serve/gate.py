@@ -21,12 +21,19 @@ __all__ = ["judge_smoke", "key_from_env_file", "served_names", "smoke", "wait_re
 
 
 def key_from_env_file(text: str, name: str = "VLLM_API_KEY") -> str:
-    """The value of `name` in a docker --env-file text ('' when it has none)."""
+    """The value of `name` in an environment file ('' when it has none): the serve role's
+    docker --env-file (NAME=value), or one a user wrote for a shell (`export NAME=value`, the
+    value in quotes). The serve role's keys hold no quotes, so both read the same."""
     value = ""
     for line in (text or "").splitlines():
-        key, sep, rest = line.partition("=")
-        if sep and key.strip() == name and not line.lstrip().startswith("#"):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            continue
+        key, sep, rest = stripped.removeprefix("export ").partition("=")
+        if sep and key.strip() == name:
             value = rest.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
     return value
 
 

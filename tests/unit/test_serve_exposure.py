@@ -157,6 +157,10 @@ def test_the_gate_reads_the_key_from_the_env_file(guarded, tmp_path):
     env_file = "# managed\nVLLM_API_KEY=" + API + "\nONECAT_METRICS_KEY=" + METRICS + "\n"
     key = key_from_env_file(env_file)
     assert key == API and key_from_env_file("# VLLM_API_KEY=x\n") == ""
+    # One reader for every client (the gate, the watch, the repair runner, the burn-in, the
+    # benchmark): a file a user wrote for a shell reads the same.
+    assert key_from_env_file("export VLLM_API_KEY='abc'\n") == "abc"
+    assert key_from_env_file('export ONECAT_METRICS_KEY="d=f"\n', "ONECAT_METRICS_KEY") == "d=f"
     assert wait_ready(guarded.url, "standin-model", 5, key)[0]
     ready, reason = wait_ready(guarded.url, "standin-model", 60, "wrong-" + API, interval_s=0.1)
     assert not ready and "/health answered 401: the server does not accept the key" in reason
