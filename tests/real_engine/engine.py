@@ -322,3 +322,21 @@ def start(workdir: Path, api_key: str = "real-engine-key", args: list[str] | Non
     server.stop()
     raise EngineUnavailable(f"the real vLLM server gave no /health in {wait_s:.0f} s:\n"
                             f"{server.tail()}")
+
+
+def prepare() -> int:
+    """Build the venv and the tiny model ahead of the tier (scripts/test.sh starts this in the
+    background while ansible-lint leaves a core idle); the tier's fixtures wait on the same
+    locks, and build themselves whatever this did not finish."""
+    if off():
+        return 0
+    try:
+        model(venv() / "bin" / "python")
+    except EngineUnavailable as problem:
+        print(f"real engine not prepared: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(prepare())
