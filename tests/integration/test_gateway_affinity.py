@@ -96,14 +96,16 @@ def test_the_routing_key_and_its_precedence(tmp_path: Path, recorder: Recorder) 
         # A later turn of the same conversation: the same first two messages, the same key.
         post(url, {**chat, "messages": [system, first, {"role": "assistant", "content": "4"},
                                         {"role": "user", "content": "x" * 9000}]})
+        # A completions prompt is no key (issue 51): by load, unless the client sends one.
         post(gw.url + "/v1/completions", {"model": MODEL, "prompt": "p" * 3000})
         post(gw.url + "/v1/completions", {"model": MODEL, "prompt": [1, 2, 3]})
-        post(gw.url + "/v1/completions", {"model": MODEL})  # no key: onecat_keyless
+        post(gw.url + "/v1/completions", {"model": MODEL, "prompt": "p", "user": "bob"})
+        post(gw.url + "/v1/completions", {"model": MODEL})
         assert recorder.routes == [
             route("s-1"), route("u:alice"), route("u:tenant-7"), route("m:" + two_messages),
-            route("m:" + two_messages), route('p:"' + "p" * 2048), route("p:[1, 2, 3"), None]
+            route("m:" + two_messages), None, None, route("u:bob"), None]
         keyless = [s for s in servers(runtime.stat(), "onecat_keyless")]
-        assert [(s.server, s.total) for s in keyless] == [("node-a", 1)]
+        assert [(s.server, s.total) for s in keyless] == [("node-a", 3)]
 
 
 ALICE, BOB = "sk-alice-0123456789abcdef", "sk-bob-0123456789abcdef0"
