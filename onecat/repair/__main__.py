@@ -26,7 +26,7 @@ from typing import Any
 from onecat import httpsync
 from onecat.answers.hung import RUNNING, WAITING, samples
 from onecat.answers.probe import references_identity
-from onecat.files import read_json, write_json
+from onecat.files import read_json, write_atomic, write_json
 from onecat.health import gpu_lock
 from onecat.serve.gate import key_from_env_file, smoke, wait_ready
 
@@ -267,6 +267,17 @@ class NodeHost:
         rc, out = _run(["systemctl", "reboot"], 60)
         return None if rc == 0 else out or f"rc {rc}"
 
+    def take_out(self, reason: str) -> None:
+        """The drain the gateway agent answers while the watch's own answer is still `up` (an
+        operator's order, kept in rotation until its lease: onecat/repair/files.py)."""
+        if self.args.agent_drain_file is None:
+            return
+        text = "drain #onecat-repair: " + " ".join(reason.split())[:180]
+        try:
+            write_atomic(self.args.agent_drain_file, text + "\n", 0o644)
+        except OSError as error:
+            print(f"repair: cannot write {self.args.agent_drain_file}: {error}", file=sys.stderr)
+
     def admit(self) -> None:
         """The marker the gateway agent wants after a boot (roles/gateway): gate and burn-in
         passed, as the serve stage's admission."""
@@ -387,6 +398,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gate-timeout", type=float, default=1800.0)
     parser.add_argument("--expected-gpus", type=int)
     parser.add_argument("--admitted-file", type=Path)
+    parser.add_argument("--agent-drain-file", type=Path,
+                        help="the gateway agent's repair drain (roles/gateway), written once "
+                             "the lease is granted")
     parser.add_argument("--burnin-python", default=sys.executable)
     parser.add_argument("--burnin-path", type=Path, default=Path("/opt/onecat/burnin"))
     parser.add_argument("--burnin-seconds", type=float, default=600.0)

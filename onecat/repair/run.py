@@ -7,8 +7,9 @@
 
 Each step is written to the progress file before it is taken (the watch reads it, `onecat
 status` shows it, the journal keeps a line per step), so the runner resumes where it was after
-a crash or the reboot it asked for. The node is out of rotation throughout (the watch answers
-`maint` while it repairs); only the watch readmits it, on the runner's "readmitted".
+a crash or the reboot it asked for. The node is out of rotation from its lease on (the runner
+drains it, then the watch answers `maint` while it repairs; a node an operator ordered stays in
+until its lease is granted); only the watch readmits it, on the runner's "readmitted".
 
 Every side effect goes through `Host` (run's __main__ gives the real one: systemctl,
 nvidia-smi, NVML, the lease server, the burn-in), so the ladder's order is tested on its own.
@@ -61,6 +62,7 @@ class Host(Protocol):
 
     def take_lease(self, reason: str) -> tuple[bool, str]: ...
     def release_lease(self) -> None: ...
+    def take_out(self, reason: str) -> None: ...
     def wait_idle(self) -> str | None: ...
     def stop_engine(self) -> str | None: ...
     def start_engine(self) -> str | None: ...
@@ -236,7 +238,9 @@ class Ladder:
             return self._end(FAILED, "the order names no rung")
         if not self._lease():
             return self._end(FAILED, "no repair lease within the wait")
-        # The gateway sends the node nothing new; the streams it still runs finish first.
+        # The gateway sends the node nothing new; the streams it still runs finish first. A
+        # node the watch took out is out already; one an operator ordered was kept in until now.
+        self.host.take_out(f"repairing: {self.progress.get('fault') or 'ordered'}")
         self._at(DRAINING)
         late = self.host.wait_idle()
         if late:

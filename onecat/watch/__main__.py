@@ -155,7 +155,7 @@ def _release(args: argparse.Namespace) -> int:
     try:
         write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
         if args.agent_file is not None:
-            answer_agent(args.agent_file, decided.answer)
+            answer_agent(args.agent_file, decided.answer, decided.state)
     except OSError as error:
         print(f"onecat watch: cannot release {platform.node()}: {error}", file=sys.stderr)
         return EXIT_CANNOT_READ
@@ -190,7 +190,7 @@ def _request_repair(args: argparse.Namespace) -> int:
             decided = order_repair(acting.ladder, decided, now)
         write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
         if args.agent_file is not None:
-            answer_agent(args.agent_file, decided.answer)
+            answer_agent(args.agent_file, decided.answer, decided.state)
     except OSError as error:
         print(f"onecat watch: cannot order a repair on {platform.node()}: {error}",
               file=sys.stderr)

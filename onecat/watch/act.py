@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from onecat.health.judge import ERROR
-from onecat.repair import remedies
+from onecat.repair import remedies, run
 
 from .deltas import Finding
 
@@ -109,7 +109,7 @@ class Action:
 def initial_state() -> dict[str, Any]:
     return {"mode": IN, "since": None, "reason": "", "restartable": False, "restarts": [],
             "blind": False, "clearing": False, "floor": "", "rungs": [], "service": [],
-            "faults": [], "order": None}
+            "faults": [], "order": None, "by_operator": False}
 
 
 def saved_mode(saved: Any) -> str:
@@ -139,6 +139,21 @@ def _answer(mode: str, reason: str) -> str:
     if mode == SERVICE:
         return f"maint down #onecat-watch service required: {reason}"
     return f"maint down #onecat-watch {mode}: {reason}"
+
+
+# The runner's steps before its lease is granted (a new order's progress says "ordered").
+BEFORE_LEASE = ("ordered", run.LEASE)
+
+
+def _repair_answer(state: dict[str, Any]) -> str | None:
+    """`up` for a node an operator ordered to repair while its runner waits for the fleet's
+    lease: nothing is wrong with its answers, and taking every ordered node out at once, before
+    any lease, would empty the gateway (issue 46). The runner drains it once the lease is
+    granted (onecat/repair/files.py REPAIR_DRAIN_FILE); None otherwise."""
+    if (state.get("mode") == REPAIRING and state.get("by_operator")
+            and str(state.get("step") or "ordered") in BEFORE_LEASE):
+        return "up"
+    return None
 
 
 def _self_clearing(faults: list[dict[str, Any]]) -> bool:
@@ -220,6 +235,7 @@ def step(
             order = {"id": f"{now:.0f}", "rungs": allowed, "reason": state["reason"],
                      "faults": state.get("faults") or [], "fault_seen": state.get("since")}
             state["order"] = order["id"]
+            state["by_operator"] = False
             go(REPAIRING, f"{allowed[0]} after: {state['reason']}")
         elif _self_clearing(state.get("faults") or []):
             state["reason"] = clip(f"out until it clears by itself: {state['reason']}")
@@ -313,8 +329,8 @@ def step(
             climb("faulty again after the restart")
         else:
             go(IN, "clean after the restart")
-    return Action(state, _answer(mode, state["reason"]), restart, transitions,
-                  order, report)
+    return Action(state, _repair_answer(state) or _answer(mode, state["reason"]), restart,
+                  transitions, order, report)
 
 
 def release(saved: dict[str, Any] | None, now: float) -> Action:
@@ -334,15 +350,19 @@ def request_repair(saved: dict[str, Any] | None, now: float, policy: Policy) -> 
     state = {**initial_state(), **(saved or {})}
     was = state["mode"] if state["mode"] in MODES else IN
     if was == REPAIRING:
-        return Action(state, _answer(REPAIRING, state["reason"]), False,
-                      ["already repairing: the order stands"])
+        return Action(state, _repair_answer(state) or _answer(REPAIRING, state["reason"]),
+                      False, ["already repairing: the order stands"])
     rungs = ["reset", *(["reboot"] if policy.reboot else [])]
     order = {"id": f"{now:.0f}", "rungs": rungs, "reason": "requested by an operator",
              "faults": []}
     state.update(mode=REPAIRING, since=now, reason=order["reason"], order=order["id"],
-                 rungs=rungs, service=[], faults=[], blind=False)
-    return Action(state, _answer(REPAIRING, state["reason"]), False,
-                  [f"{was} -> {REPAIRING}: requested by an operator"], order)
+                 rungs=rungs, service=[], faults=[], blind=False, step="ordered",
+                 by_operator=was == IN)
+    # A node that was in stays in until its lease (_repair_answer); one already out stays out.
+    return Action(state, _repair_answer(state) or _answer(REPAIRING, state["reason"]), False,
+                  [f"{was} -> {REPAIRING}: requested by an operator"
+                   + (", in rotation until its repair lease" if state["by_operator"] else "")],
+                  order)
 
 
 def restart_failed(action: Action, failure: str, now: float,

@@ -115,12 +115,16 @@ class Acting:
     floor: Callable[[str], tuple[bool, str]] | None = None
 
 
-def answer_agent(agent_file: Path, answer: str) -> None:
+def answer_agent(agent_file: Path, answer: str, state: dict[str, Any] | None = None) -> None:
     """Write the watch's answer for the node's gateway agent: `up` (the watch wants the node
     in) or its drain or maint. The agent turns `up` into `ready up` on every check while the
     deploy wants the node in too (roles/gateway, onecat-gateway-agent@.service): readmission
-    is level-triggered, and a gateway that missed one check hears it at the next."""
+    is level-triggered, and a gateway that missed one check hears it at the next. A node no
+    longer repairing (`state`, the watch's new one) loses the repair runner's drain beside it
+    (REPAIR_DRAIN_FILE): the watch's own answer speaks for it again."""
     write_atomic(agent_file, answer + "\n")
+    if state is not None and state.get("mode") != act.REPAIRING:
+        (agent_file.parent / repair_files.REPAIR_DRAIN_FILE).unlink(missing_ok=True)
 
 
 def _activity(config: Probe) -> hung.Activity | None:
@@ -355,7 +359,7 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
             write_atomic(expires, f"{now + stale_after_s:.0f}\n")
         else:
             expires.unlink(missing_ok=True)  # no interval known: no deadline to keep
-        answer_agent(acting.agent_file, decided.answer)
+        answer_agent(acting.agent_file, decided.answer, decided.state)
     mode = decided.state["mode"]
     reason = "" if mode == act.IN else str(decided.state.get("reason") or "")
     if mode == act.IN and decided.state.get("floor"):

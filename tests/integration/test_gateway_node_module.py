@@ -120,6 +120,13 @@ def test_the_agent_answers_the_whole_state_on_every_check_and_the_deploys_drain_
     assert [agent(folder, admitted) for _ in range(3)] == ["ready up\n"] * 3
     (folder / "watch-state").write_text("up\n")
     assert agent(folder, admitted) == "ready up\n"
+    # The repair runner's drain speaks while the watch says up (an operator's order, once its
+    # lease is granted), never over the watch's own drain or maint.
+    (folder / "repair-drain").write_text("drain #onecat-repair: requested by an operator\n")
+    assert agent(folder, admitted) == "drain #onecat-repair: requested by an operator\n"
+    (folder / "watch-state").write_text("maint down #onecat-watch repairing: x\n")
+    assert agent(folder, admitted) == "maint down #onecat-watch repairing: x\n"
+    (folder / "repair-drain").unlink()
     (folder / "watch-state").write_text("drain #onecat-watch: Xid 48\n")
     assert agent(folder, admitted) == "drain #onecat-watch: Xid 48\n"
     (folder / "watch-expires").write_text(f"{int(time.time()) - 1}\n")

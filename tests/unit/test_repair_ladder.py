@@ -214,6 +214,9 @@ class Node:
     def release_lease(self) -> None:
         self.calls.append("release")
 
+    def take_out(self, reason: str) -> None:
+        self.calls.append("take-out")
+
     def wait_idle(self) -> str | None:
         self.calls.append("idle")
         return None
@@ -288,8 +291,8 @@ def test_the_reset_path_stops_resets_the_pair_judges_starts_gates_burns_in_in_or
     ladder = _ladder(node, ["reset"], saved)
     assert ladder.run() == READMITTED
     assert node.calls[0] == "lease" and node.calls.count("lease") > 3  # renewed at each step
-    assert _work(node) == ["idle", "stop", "reset [0, 1]", "look", "start", "gate", "burn-in",
-                           "admit", "release"]
+    assert _work(node) == ["take-out", "idle", "stop", "reset [0, 1]", "look", "start", "gate",
+                           "burn-in", "admit", "release"]
     steps = [p["step"] for p in saved]
     assert steps.index("stopping the engine") < steps.index("resetting") < steps.index("gating")
     assert saved[-1]["step"] == READMITTED
@@ -303,6 +306,50 @@ def test_no_lease_no_touch_the_node_waits_out_of_rotation() -> None:
     assert node.calls[:3] == ["lease", "lease", "lease"] and node.calls.index("idle") >= 3
     assert saved[0]["step"] == "waiting for the lease"
     assert "fleet-b (ecc)" in saved[0]["detail"]
+
+
+def test_no_lease_no_drain_the_runner_takes_the_node_out_only_once_leased() -> None:
+    """Issue 46: an operator's order keeps the node in rotation while the runner waits for the
+    fleet's lease; the runner drains it (the agent's repair drain) once granted, before it
+    waits for the requests in flight."""
+    node, saved = Node(lease=[False, False, True]), []
+    assert _ladder(node, ["reset"], saved).run() == READMITTED
+    assert node.calls[:4] == ["lease", "lease", "lease", "take-out"]
+    assert _work(node)[:2] == ["take-out", "idle"]
+
+
+def test_an_operators_order_keeps_the_node_in_until_its_lease_then_the_watch_takes_it_out(
+) -> None:
+    ordered = act.request_repair(None, 60, REPAIR)
+    assert ordered.state["mode"] == act.REPAIRING and ordered.answer == "up"
+    assert ordered.start_repair is not None
+    assert ordered.transitions == [
+        "in -> repairing: requested by an operator, in rotation until its repair lease"]
+    again = act.request_repair(ordered.state, 70, REPAIR)
+    assert again.answer == "up" and again.transitions == ["already repairing: the order stands"]
+    waiting = act.step(ordered.state, [], 90, REPAIR, repair=act.Repair(
+        serving=True, runner_active=True,
+        progress={"order": "60", "step": "waiting for the lease"}))
+    assert waiting.state["mode"] == act.REPAIRING and waiting.answer == "up"
+    leased = act.step(waiting.state, [], 120, REPAIR, repair=act.Repair(
+        serving=True, runner_active=True,
+        progress={"order": "60", "step": "waiting for requests in flight"}))
+    assert leased.answer.startswith("maint down #onecat-watch repairing")
+    done = act.step(leased.state, [], 180, REPAIR, repair=act.Repair(
+        serving=True, progress={"order": "60", "step": READMITTED, "rung": "reset"}))
+    assert done.state["mode"] == act.IN and done.answer == "up"
+
+
+def test_an_order_for_a_node_already_out_or_the_watchs_own_order_keeps_it_out() -> None:
+    held = {**act.initial_state(), "mode": act.HELD, "reason": "GPU 1 ECC"}
+    ordered = act.request_repair(held, 60, REPAIR)
+    assert ordered.answer.startswith("maint down") and not ordered.state["by_operator"]
+    *_, own = _looks([(0, [ECC], SERVING), (60, [ECC], SERVING)])
+    assert own.state["mode"] == act.REPAIRING and own.answer.startswith("maint down")
+    waiting = act.step(own.state, [ECC], 90, REPAIR, repair=act.Repair(
+        serving=True, runner_active=True,
+        progress={"order": "60", "step": "waiting for the lease"}))
+    assert waiting.answer.startswith("maint down")
 
 
 def test_a_failed_reset_reboots_when_allowed_and_goes_on_after_the_boot() -> None:
@@ -496,3 +543,29 @@ def test_the_repairs_burn_in_judges_by_the_watchs_references_for_what_serves(
     path.write_text(json.dumps({"identity": references_identity(record), "likelihood": {}}))
     assert burnin_references(record, path) is None
     assert burnin_references(record, None) is None
+
+
+def test_the_watch_removes_the_runners_drain_once_the_node_leaves_repairing(tmp_path) -> None:
+    from onecat.repair.files import REPAIR_DRAIN_FILE
+    from onecat.watch.look import answer_agent
+
+    agent, drain = tmp_path / "watch-state", tmp_path / REPAIR_DRAIN_FILE
+    drain.write_text("drain #onecat-repair: requested by an operator\n")
+    answer_agent(agent, "maint down #onecat-watch repairing: x", {"mode": act.REPAIRING})
+    assert drain.exists()
+    answer_agent(agent, "up", {"mode": act.IN})
+    assert not drain.exists() and agent.read_text() == "up\n"
+
+
+def test_the_real_hosts_drain_is_one_readable_line_for_the_agent(tmp_path) -> None:
+    import argparse
+
+    from onecat.repair.__main__ import NodeHost
+
+    drain = tmp_path / "gateway" / "repair-drain"
+    host = NodeHost(argparse.Namespace(
+        node="node-a", api_key_file=tmp_path / "none.env", serving_record=tmp_path / "none",
+        lease_token_file=None, agent_drain_file=drain))
+    host.take_out("repairing: requested\nby an operator")
+    assert drain.read_text() == "drain #onecat-repair: repairing: requested by an operator\n"
+    assert oct(drain.stat().st_mode & 0o777) == "0o644"  # the agent runs as nobody
