@@ -60,7 +60,8 @@ args = argparse.Namespace(node="node", api_key_file=Path("/nonexistent"),
                           serving_record=Path("/nonexistent"), lease_token_file=None,
                           nvidia_smi=sys.argv[4], expected_gpus=2, device_dir=dev,
                           boot_token=run_dir / "onecat-repair" / "boot",
-                          state_dir=run_dir / "repair", monitor_units=[])
+                          state_dir=run_dir / "repair", monitor_units=[],
+                          agent_drain_file=run_dir / "gateway" / "repair-drain")
 host = Node(args)
 host.start_engine()
 readings, findings = host.look()
@@ -72,7 +73,9 @@ ladder = Ladder(host, new_progress(order, readings, 0), lambda p: None, print, n
 ended = ladder.run()
 print(json.dumps({"before": [f["code"] for f in findings], "held_reset": held,
                   "ended": ended, "tried": ladder.progress.get("tried"),
-                  "after": [f["code"] for f in host.look()[1]]}))
+                  "after": [f["code"] for f in host.look()[1]],
+                  "drain": args.agent_drain_file.read_text()
+                  if args.agent_drain_file.exists() else None}))
 host.stop_engine()
 """
 
@@ -115,6 +118,8 @@ def test_the_ladder_stops_the_engine_resets_the_pair_and_the_fault_is_gone(libdi
     # The real tool names no process: the runner does, for the operator.
     assert "(held by GPU 0: pid " in why and "GPU 1: pid " in why, why
     assert result["ended"] == "readmitted", result
+    # Taken out at the gateway once leased (the agent answers it while the watch says up).
+    assert result["drain"] == "drain #onecat-repair: repairing: test\n", result["drain"]
     assert result["tried"][0] == {**result["tried"][0], "rung": "reset", "outcome": "cleared"}
     assert result["after"] == [], result
     # Persistence mode was lifted for the reset and is back on both GPUs.
