@@ -17,9 +17,10 @@ the excess instead and hands each queued request to the first node with a free s
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..text import one_line
@@ -32,6 +33,15 @@ DEFAULT_MAX_NUM_SEQS = 256
 # engine runs at once, far below what HAProxy's int fields hold.
 MAX_NUM_SEQS_CAP = 65536
 SERVER_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
+# HAProxy's consistent hash places a server's points on the ring at full_hash(id * 4096 + n)
+# (src/lb_chash.c, init_server_tree; 4096 is SRV_EWGHT_RANGE), where id is the server's `id`,
+# by default its position in the backend. Position ids move every server after a node that
+# joins or leaves the list (a node that fails its gate is left out), and with them their
+# conversations; two gateways whose lists differ for a moment disagree on every such server.
+# An id taken from the node's own name keeps its points wherever the others are. Ids below
+# 2**20: ids equal modulo 2**20 would put two servers' points in the same places (4096 * 2**20
+# wraps a 32-bit key).
+HASH_ID_SPACE = 1 << 20
 
 
 class NoBackendError(ValueError):
@@ -47,11 +57,12 @@ class Server:
     enabled: bool
     reason: str = ""
     agent_port: int = 0  # 0: the gateway's default agent port
+    hash_id: int = 0  # HAProxy's `id` for the server (0: its position); see HASH_ID_SPACE
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "address": self.address, "port": self.port,
                 "maxconn": self.maxconn, "enabled": self.enabled, "reason": self.reason,
-                "agent_port": self.agent_port}
+                "agent_port": self.agent_port, "hash_id": self.hash_id}
 
 
 @dataclass
@@ -66,6 +77,24 @@ class Selection:
 
 def server_name(host: str) -> str:
     return SERVER_NAME.sub("_", host)
+
+
+def hash_ids(names: list[str]) -> dict[str, int]:
+    """A server id per name from the name alone (1 to HASH_ID_SPACE - 1), so a node keeps its
+    place on every gateway's ring whichever other nodes are listed. Two names that meet on one
+    id (about 2 % at 200 nodes) are told apart in name order, the later taking the next id."""
+    ids: dict[str, int] = {}
+    taken: set[int] = set()
+    span = HASH_ID_SPACE - 1
+    if len(set(names)) > span:
+        raise ValueError(f"{len(set(names))} servers: more servers than ids ({span})")
+    for name in sorted(set(names)):
+        value = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") % span + 1
+        while value in taken:
+            value = value % span + 1
+        taken.add(value)
+        ids[name] = value
+    return ids
 
 
 def whole(value: Any, low: int, high: int) -> int | None:
@@ -150,6 +179,8 @@ def select(nodes: Mapping[str, Mapping[str, Any] | None], maxconn_override: int 
         else:
             selection.servers.append(_server(host, address, port, state, maxconn_override,
                                               maxconn_factor))
+    ids = hash_ids([s.name for s in selection.servers])
+    selection.servers = [replace(s, hash_id=ids[s.name]) for s in selection.servers]
     return selection
 
 

@@ -8,6 +8,7 @@ through onecat_keyless, whose servers follow the drains of onecat_nodes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -236,6 +237,53 @@ def test_a_conversation_stays_on_one_node_and_a_drain_moves_only_its_own(
         assert back == homes
         rows = parse_stat(runtime.command("show stat"))
         assert {r["pxname"] for r in rows} >= {"onecat_nodes", "onecat_keyless"}
+
+
+def test_gateways_agree_on_each_conversations_node_and_a_new_node_moves_only_its_own(
+        tmp_path: Path) -> None:
+    """Issue 51, item 3: two gateways with the same nodes send every turn of a conversation to
+    one node, with nothing shared between them: the ring is a function of the servers' ids and
+    weights (src/lb_chash.c), and each id comes from its node's name. A third gateway whose list
+    lacks node-b (not yet reconverged after node-b joined, or node-b left out for a failed
+    gate) agrees on every conversation that is not on node-b. With ids by position, node-c's
+    id would differ between the lists, and so would its points and the conversations there."""
+    nodes = ("node-a", "node-b", "node-c")
+    recorders = {name: Recorder() for name in nodes}
+    try:
+        ports = {name: recorders[name].port for name in nodes}
+        folders = [tmp_path / name for name in ("gw-1", "gw-2", "gw-behind")]
+        for folder in folders:
+            folder.mkdir()
+        lists = [ports, ports, {n: p for n, p in ports.items() if n != "node-b"}]
+        with contextlib.ExitStack() as stack:
+            gateways = [stack.enter_context(haproxy(folder, affinity_vars(folder, listed)))
+                        for folder, listed in zip(folders, lists, strict=True)]
+            for gw, listed in zip(gateways, lists, strict=True):
+                runtime = Runtime(gw.socket)
+                assert wait_until(lambda runtime=runtime, listed=listed: sum(
+                    s.status.startswith("UP")
+                    for s in servers(runtime.stat(), "onecat_nodes")) == len(listed))
+
+            def home(gateway, key: str) -> str:
+                before = {n: len(r.routes) for n, r in recorders.items()}
+                post(gateway.url + "/v1/chat/completions",
+                     {"model": MODEL, "messages": conversation(0, 1)}, {"X-Session-Id": key})
+                (name,) = [n for n, r in recorders.items() if len(r.routes) > before[n]]
+                return name
+
+            keys = [f"conversation-{number}" for number in range(60)]
+            first = {key: home(gateways[0], key) for key in keys}
+            assert set(first.values()) == set(nodes), first  # every node has conversations
+            # Turns alternate between the two gateways: each stays where its first turn went.
+            for key in keys:
+                assert [home(gateways[1], key), home(gateways[0], key)] == [first[key]] * 2, key
+            behind = {key: home(gateways[2], key) for key in keys}
+            moved = {key: (first[key], behind[key]) for key in keys
+                     if first[key] != "node-b" and behind[key] != first[key]}
+            assert not moved, moved
+    finally:
+        for recorder in recorders.values():
+            recorder.close()
 
 
 @pytest.mark.parametrize(("extra", "named"), [

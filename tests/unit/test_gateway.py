@@ -346,3 +346,25 @@ def test_a_nodes_number_that_is_not_a_sane_whole_number_leaves_it_out_in_one_lin
     assert select({"n": {**good, "max_num_seqs": "64"}}).servers[0].maxconn == 64
     assert select({"n": {**good, "max_num_seqs": 64.0}}).servers[0].maxconn == 64
     assert select({"n": {**good, "max_num_seqs": None}}).servers[0].maxconn == 256
+
+
+def test_a_servers_hash_id_comes_from_its_name_alone() -> None:
+    """Issue 51: HAProxy's consistent hash places a server by its id; an id by position would
+    move node-c's conversations when node-b joins or is left out."""
+    three = {n: {**SERVING, "address": "10.0.0.1"} for n in ("node-a", "node-b", "node-c")}
+    ids = {s.name: s.hash_id for s in backends.select(three).servers}
+    without_b = {n: three[n] for n in ("node-a", "node-c")}
+    two = {s.name: s.hash_id for s in backends.select(without_b).servers}
+    assert two == {n: ids[n] for n in two}
+    assert len(set(ids.values())) == 3
+    assert all(0 < i < backends.HASH_ID_SPACE for i in ids.values())
+    assert backends.select(three).servers[0].as_dict()["hash_id"] == ids["node-a"]
+
+
+def test_two_names_on_one_hash_id_are_told_apart_in_name_order(monkeypatch) -> None:
+    monkeypatch.setattr(backends, "HASH_ID_SPACE", 3)  # ids 1 and 2 only: names meet
+    ids = backends.hash_ids(["b", "a", "b"])
+    assert sorted(ids.values()) == [1, 2]
+    assert ids["a"] == int.from_bytes(hashlib.sha256(b"a").digest()[:4], "big") % 2 + 1
+    with pytest.raises(ValueError, match="more servers than ids"):
+        backends.hash_ids(["a", "b", "c"])
