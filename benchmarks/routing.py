@@ -1,4 +1,5 @@
-"""leastconn against affinity routing, side by side: multi-turn chat and distinct prompts.
+"""leastconn against affinity routing, side by side: multi-turn chat (one shared system prompt,
+and K tenants each with its own) and distinct prompts.
 
 N stand-in engines on loopback (the seed's timing: prefill 10 ms + 0.6 ms per token not in
 the prefix cache, one prefill at a time; decode 25 ms + 3.5 ms per other running sequence),
@@ -8,11 +9,14 @@ real HAProxy rendered from the gateway role's template, once with `gateway_balan
 leastconn` and once with `affinity`, fresh engines (cold caches) for each. In each mode:
 
 - `onecat bench --workload multiturn`: conversations x turns sharing one system prompt, the
-  prefix-cache hit rate from the engines' vLLM counters, each node's share from HAProxy;
+  prefix-cache hit rate and the missed prompt tokens from the engines' vLLM counters, each
+  node's share from HAProxy;
+- the same with --tenants K (issue 51): conversation n has tenant n mod K's own system prompt,
+  so K prompts compete for each node's cache and leastconn computes each on every node;
 - `onecat bench` (random, distinct prompts) at one concurrency level through the gateway.
 
     .venv/bin/python benchmarks/routing.py [--conversations 64 --turns 8 --system-len 2048
-        --turn-len 300 --output-len 100 --concurrency 32 --nodes 4] [--out DIR]
+        --turn-len 300 --output-len 100 --concurrency 32 --nodes 4 --tenants 8] [--out DIR]
 """
 
 from __future__ import annotations
@@ -56,29 +60,35 @@ def run_mode(mode: str, work: Path, engines: list[Engine], args: argparse.Namesp
              seqs: int) -> dict[str, Any]:
     states = {e.name: {"serving": True, "in_rotation": True, "address": "127.0.0.1",
                        "port": e.port, "max_num_seqs": seqs, "agent_port": 0} for e in engines}
+    # "affinity:200": affinity with hash-balance-factor 200 (else --hash-balance-factor).
+    balance_mode, _, factor = mode.partition(":")
     variables = base_vars(work / mode)
     (work / mode).mkdir(exist_ok=True)
     variables["gateway_servers"] = [s.as_dict() for s in backends.select(states).servers]
-    variables["gateway_balance"] = mode
-    variables["gateway_hash_balance_factor"] = args.hash_balance_factor
+    variables["gateway_balance"] = balance_mode
+    variables["gateway_hash_balance_factor"] = int(factor or args.hash_balance_factor)
     out: dict[str, Any] = {"mode": mode}
     with haproxy(work / mode, variables) as gw:
         runtime = Runtime(gw.socket)
         wait_until(lambda: all(s.status.startswith("UP")
                                for s in servers(runtime.stat(), "onecat_nodes")), timeout=30)
-        before = runtime.command("show stat")
-        options = MultiturnOptions(
-            url=gw.url, out=work / mode / "multiturn", conversations=args.conversations,
-            turns=args.turns, system_len=args.system_len, turn_len=args.turn_len,
-            output_len=args.output_len, concurrency=args.concurrency,
-            metrics_urls=[e.url for e in engines], quiet=True)
-        started = time.monotonic()
-        report = asyncio.run(run_multiturn(options))
-        report["gateway_share"] = share(before, runtime.command("show stat"))
-        report["busiest_over_mean_requests"] = balance(
-            [row["requests"] for row in report["gateway_share"]["servers"].values()])
-        out["multiturn"] = report
-        print(f"  {mode}: multiturn done in {time.monotonic() - started:.0f} s", flush=True)
+        shapes = [("multiturn", 1)] + ([("tenants", args.tenants)] if args.tenants > 1 else [])
+        for shape, tenants in shapes:
+            before = runtime.command("show stat")
+            options = MultiturnOptions(
+                url=gw.url, out=work / mode / shape, conversations=args.conversations,
+                turns=args.turns, system_len=args.system_len, tenants=tenants,
+                seed=0 if tenants == 1 else 1,  # nothing the first shape left in the caches
+                turn_len=args.turn_len, output_len=args.output_len,
+                concurrency=args.concurrency, metrics_urls=[e.url for e in engines],
+                quiet=True)
+            started = time.monotonic()
+            report = asyncio.run(run_multiturn(options))
+            report["gateway_share"] = share(before, runtime.command("show stat"))
+            report["busiest_over_mean_requests"] = balance(
+                [row["requests"] for row in report["gateway_share"]["servers"].values()])
+            out[shape] = report
+            print(f"  {mode}: {shape} done in {time.monotonic() - started:.0f} s", flush=True)
         before = runtime.command("show stat")
         result_dir = work / mode / "random"
         command = [sys.executable, "-m", "onecat", "bench", "--url", gw.url, "--quiet",
@@ -100,20 +110,35 @@ def fmt(value: Any, pattern: str = "{:.0f}") -> str:
     return "-" if value is None else pattern.format(value)
 
 
+def missed(report: dict[str, Any]) -> int | None:
+    """Prompt tokens the nodes computed: vLLM's prefix-cache queries less its hits."""
+    cache = report.get("prefix_cache") or {}
+    if cache.get("queries") is None:
+        return None
+    return int(cache["queries"] - cache["hits"])
+
+
+def shape_rows(shape: str, label: str) -> list[tuple[str, Any]]:
+    return [
+        (f"{label}: prefix-cache hit rate",
+         lambda r: fmt(r[shape]["prefix_cache"]["hit_rate"], "{:.1%}")),
+        (f"{label}: missed prompt tokens", lambda r: fmt(missed(r[shape]), "{:,}")),
+        (f"{label}: TTFT p50 (ms)", lambda r: fmt(r[shape]["median_ttft_ms"])),
+        (f"{label}: TTFT p90 (ms)", lambda r: fmt(r[shape]["p90_ttft_ms"])),
+        (f"{label}: output tok/s", lambda r: fmt(r[shape]["output_throughput"], "{:.1f}")),
+        (f"{label}: failed", lambda r: str(r[shape]["failed"])),
+        (f"{label}: busiest node / mean (requests)",
+         lambda r: fmt(r[shape]["busiest_over_mean_requests"], "{:.2f}")),
+        (f"{label}: busiest node / mean (prompt tokens)",
+         lambda r: fmt(r[shape]["prefix_cache"]["busiest_over_mean"], "{:.2f}")),
+    ]
+
+
 def table(results: dict[str, dict[str, Any]]) -> str:
     modes = list(results)
-    rows = [
-        ("multi-turn: prefix-cache hit rate",
-         lambda r: fmt(r["multiturn"]["prefix_cache"]["hit_rate"], "{:.1%}")),
-        ("multi-turn: TTFT p50 (ms)", lambda r: fmt(r["multiturn"]["median_ttft_ms"])),
-        ("multi-turn: TTFT p90 (ms)", lambda r: fmt(r["multiturn"]["p90_ttft_ms"])),
-        ("multi-turn: output tok/s", lambda r: fmt(r["multiturn"]["output_throughput"],
-                                                   "{:.1f}")),
-        ("multi-turn: failed", lambda r: str(r["multiturn"]["failed"])),
-        ("multi-turn: busiest node / mean (requests)",
-         lambda r: fmt(r["multiturn"]["busiest_over_mean_requests"], "{:.2f}")),
-        ("multi-turn: busiest node / mean (prompt tokens)",
-         lambda r: fmt(r["multiturn"]["prefix_cache"]["busiest_over_mean"], "{:.2f}")),
+    rows = [row for shape, label in (("multiturn", "multi-turn"), ("tenants", "tenants"))
+            if all(shape in results[m] for m in modes) for row in shape_rows(shape, label)]
+    rows += [
         ("distinct prompts: output tok/s", lambda r: fmt(r["random"]["output_throughput"],
                                                          "{:.1f}")),
         ("distinct prompts: TTFT p50 (ms)", lambda r: fmt(r["random"]["median_ttft_ms"])),
@@ -135,6 +160,8 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--system-len", type=int, default=2048)
     parser.add_argument("--turn-len", type=int, default=300)
+    parser.add_argument("--tenants", type=int, default=8,
+                        help="the second multi-turn shape's tenants (0 or 1: skip it)")
     parser.add_argument("--output-len", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--random-requests", type=int, default=256)
@@ -144,7 +171,8 @@ def main() -> int:
     parser.add_argument("--hash-balance-factor", type=int, default=125,
                         help="affinity's load bound (gateway_hash_balance_factor)")
     parser.add_argument("--modes", default="leastconn,affinity",
-                        help="comma-separated gateway_balance values to run")
+                        help="comma-separated gateway_balance values to run; affinity:F "
+                             "runs affinity with hash-balance-factor F")
     parser.add_argument("--out", type=Path, help="write routing.json here")
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}
@@ -155,8 +183,9 @@ def main() -> int:
         print(f"{args.nodes} stand-in nodes, each {kv_tokens:,} KV cache tokens and "
               f"--max-num-seqs {seqs} (the planner's 14B NVFP4 TP2 at {args.max_model_len}); "
               f"{args.conversations} conversations x {args.turns} turns, system prompt "
-              f"{args.system_len} tokens, turns {args.turn_len}, answers {args.output_len}, "
-              f"{args.concurrency} clients", flush=True)
+              f"{args.system_len} tokens (shared, then one per tenant of {args.tenants}), "
+              f"turns {args.turn_len}, answers {args.output_len}, {args.concurrency} clients",
+              flush=True)
         env = {"STANDIN_PREFILL_MS": "10", "STANDIN_PREFILL_MS_PER_TOKEN": "0.6",
                "STANDIN_DECODE_MS": "25", "STANDIN_DECODE_MS_PER_SEQ": "3.5",
                "STANDIN_KV_CACHE_TOKENS": str(kv_tokens)}

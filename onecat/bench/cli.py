@@ -97,6 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            help="turns per conversation (default: 8)")
     multiturn.add_argument("--system-len", type=_bounded(int, "tokens"), default=2048,
                            help="shared system prompt, in words ~ tokens (default: 2048)")
+    multiturn.add_argument("--tenants", type=_bounded(int, "requests_per_level"), default=1,
+                           help="distinct system prompts, one per tenant; conversation n has "
+                                "tenant n mod K's (default: 1, one prompt for all)")
     multiturn.add_argument("--turn-len", type=_bounded(int, "tokens"), default=300,
                            help="each user turn, in words ~ tokens (default: 300)")
     multiturn.add_argument("--metrics-url", action="append", default=[], metavar="URL",
@@ -240,7 +243,8 @@ def run_multiturn(args: argparse.Namespace) -> int:
         url=args.url, out=args.out, model=args.model, api_key=key,
         metrics_key=_read_metrics_key(args.api_key_file),
         conversations=args.conversations, turns=args.turns, system_len=args.system_len,
-        turn_len=args.turn_len, output_len=args.output_len or 100, concurrency=levels[0],
+        tenants=args.tenants, turn_len=args.turn_len, output_len=args.output_len or 100,
+        concurrency=levels[0],
         seed=args.seed or 0, timeout=args.timeout or 600.0, metrics_urls=metrics,
         quiet=args.quiet)
     try:

@@ -1,6 +1,8 @@
 """`onecat bench --workload multiturn`: conversations that come back, as chat users do.
 
-N conversations of T turns each share one system prompt of S tokens; every turn adds a user
+N conversations of T turns each share one system prompt of S tokens (or, with K tenants, each
+conversation has its tenant's own: conversation n belongs to tenant n mod K, so K prompts of S
+tokens compete for every node's cache); every turn adds a user
 message of U tokens (seeded words, distinct per conversation and turn; the word counts follow
 the server's tokenizer through one POST /tokenize when it has one) and sends the whole
 conversation so far to /v1/chat/completions, the previous answers included as the server
@@ -49,6 +51,7 @@ class MultiturnOptions:
     conversations: int = 64
     turns: int = 8
     system_len: int = 2048
+    tenants: int = 1
     turn_len: int = 300
     output_len: int = 64
     concurrency: int = 16
@@ -157,8 +160,9 @@ async def tokens_per_word(endpoint: Endpoint, headers: dict[str, str], model: st
                        words)
 
 
-def system_prompt(seed: int, words: int) -> str:
-    return " ".join(words_for(seed, -1, max(words, 1)))
+def system_prompt(seed: int, words: int, tenant: int = 0) -> str:
+    # Indexes below zero: no random-workload prompt or user turn uses them.
+    return " ".join(words_for(seed, -1 - tenant, max(words, 1)))
 
 
 def user_turn(seed: int, conversation: int, turn: int, words: int) -> str:
@@ -271,10 +275,12 @@ async def run_multiturn(opts: MultiturnOptions) -> dict[str, Any]:
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     model = await _model(opts, endpoint, headers)
     ratio = await tokens_per_word(endpoint, headers, model, opts.seed)
-    system = system_prompt(opts.seed, round(opts.system_len / ratio))
+    tenants = max(1, opts.tenants)
+    systems = [system_prompt(opts.seed, round(opts.system_len / ratio), tenant)
+               for tenant in range(tenants)]
     turn_words = max(1, round(opts.turn_len / ratio))
     ready: deque[Conversation] = deque(
-        Conversation(n, [{"role": "system", "content": system}])
+        Conversation(n, [{"role": "system", "content": systems[n % tenants]}])
         for n in range(opts.conversations))
     results: list[tuple[int, int, RequestResult]] = []
     live = LiveCounters()
@@ -319,7 +325,7 @@ async def run_multiturn(opts: MultiturnOptions) -> dict[str, Any]:
         "url": public_url(opts.url),
         "model": model,
         "conversations": opts.conversations, "turns": opts.turns,
-        "system_len": opts.system_len, "turn_len": opts.turn_len,
+        "system_len": opts.system_len, "tenants": tenants, "turn_len": opts.turn_len,
         "output_len": opts.output_len, "max_concurrency": opts.concurrency,
         "tokens_per_word": round(ratio, 3),
         "num_requests": len(results), "completed": len(good),

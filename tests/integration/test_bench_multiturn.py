@@ -56,6 +56,25 @@ def test_conversations_come_back_with_their_history_and_hit_the_cache(tmp_path: 
     assert len(trace.read_text().splitlines()) == 9 + 0  # no warm-up, no probe generation
 
 
+def test_tenants_each_send_their_own_system_prompt(tmp_path: Path) -> None:
+    """--tenants 3: conversation n has tenant n mod 3's system prompt, so no first turn hits
+    another's; with one prompt the 2nd and 3rd conversations' first turns hit it (issue 51's
+    second multi-turn shape, benchmarks/routing.py)."""
+    hits = {}
+    for tenants in ("1", "3"):
+        with standin(tmp_path / tenants) as server:
+            code = onecat_main(["bench", "--url", server.url, "--workload", "multiturn",
+                                "--out", str(tmp_path / tenants / "out"), *SMALL,
+                                "--tenants", tenants])
+        assert code == 0
+        report = json.loads((tmp_path / tenants / "out" / "multiturn.json").read_text())
+        assert report["tenants"] == int(tenants) and report["failed"] == 0
+        hits[tenants] = report["prefix_cache"]["hits"]
+    # Two first turns hit the 200-token prompt under one prompt only (in whole 16-token
+    # blocks, of the part the chat template leaves intact: 160 each here).
+    assert hits["1"] - hits["3"] >= 200, hits
+
+
 def test_without_prefix_caching_the_hit_rate_is_zero(tmp_path: Path) -> None:
     with standin(tmp_path, args=["--no-enable-prefix-caching"]) as server:
         code = onecat_main(["bench", "--url", server.url, "--workload", "multiturn",
