@@ -24,7 +24,7 @@ from onecat.repair import floor, lease_client
 from onecat.serve.gate import key_from_env_file
 from onecat.timespan import timespan_seconds
 
-from . import act, agent_check
+from . import act, action_lock, agent_check
 from .deltas import watch_thresholds
 from .look import (
     ACTION_FILE,
@@ -148,14 +148,17 @@ def _say_agent_heard(args: argparse.Namespace, findings: list | None = None) -> 
 def _release(args: argparse.Namespace) -> int:
     path = args.state_dir / ACTION_FILE
     try:
-        saved = json.loads(path.read_text()) if path.exists() else None
-    except (OSError, ValueError):
-        saved = None
-    decided = act.release(saved if isinstance(saved, dict) else None, time.time())
-    try:
-        write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
-        if args.agent_file is not None:
-            answer_agent(args.agent_file, decided.answer, decided.state)
+        # From the read to the last write: a look deciding meanwhile would write its older
+        # state over this one (action_lock.py).
+        with action_lock.held(args.state_dir):
+            try:
+                saved = json.loads(path.read_text()) if path.exists() else None
+            except (OSError, ValueError):
+                saved = None
+            decided = act.release(saved if isinstance(saved, dict) else None, time.time())
+            write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
+            if args.agent_file is not None:
+                answer_agent(args.agent_file, decided.answer, decided.state)
     except OSError as error:
         print(f"onecat watch: cannot release {platform.node()}: {error}", file=sys.stderr)
         return EXIT_CANNOT_READ
@@ -170,6 +173,18 @@ def _request_repair(args: argparse.Namespace) -> int:
         print(f"onecat watch: {platform.node()} has no repair ladder (the watch runs without "
               "--act or --repair-unit: set watch_repair: true)", file=sys.stderr)
         return EXIT_CANNOT_READ
+    try:
+        # The floor's answer and the order go with the state they were decided from: a look
+        # writing meanwhile waits (action_lock.py).
+        with action_lock.held(args.state_dir):
+            return _order_repair_held(args, acting, acting.ladder)
+    except OSError as error:  # ActionBusy, or a state folder it cannot write
+        print(f"onecat watch: cannot order a repair on {platform.node()}: {error}",
+              file=sys.stderr)
+        return EXIT_CANNOT_READ
+
+
+def _order_repair_held(args: argparse.Namespace, acting: Acting, ladder: Ladder) -> int:
     path = args.state_dir / ACTION_FILE
     try:
         saved = json.loads(path.read_text()) if path.exists() else None
@@ -187,7 +202,7 @@ def _request_repair(args: argparse.Namespace) -> int:
     decided = act.request_repair(saved if isinstance(saved, dict) else None, now, acting.policy)
     try:
         if decided.start_repair is not None:
-            decided = order_repair(acting.ladder, decided, now)
+            decided = order_repair(ladder, decided, now)
         write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
         if args.agent_file is not None:
             answer_agent(args.agent_file, decided.answer, decided.state)

@@ -49,7 +49,7 @@ from onecat.repair import files as repair_files
 from onecat.repair import floor
 from onecat.repair import history as repair_history
 
-from . import act, throttle
+from . import act, action_lock, throttle
 from .deltas import Finding, Limits, change_findings, state_findings, verdict
 from .metrics import render
 
@@ -325,6 +325,15 @@ def _act(acting: Acting | None, state_dir: Path, findings: list[Finding], now: f
     the node's mode, the transitions and the reason it is out ("" when in)."""
     if acting is None:
         return None, [], ""
+    with action_lock.held(state_dir):  # a --release or --repair meanwhile waits, not lost
+        return _act_held(acting, state_dir, findings, now, probe_unreachable, stale_after_s,
+                         readings, previous)
+
+
+def _act_held(acting: Acting, state_dir: Path, findings: list[Finding], now: float,
+              probe_unreachable: bool, stale_after_s: float | None,
+              readings: dict[str, Any] | None, previous: dict[str, Any] | None,
+              ) -> tuple[str | None, list[str], str]:
     ladder = acting.ladder if acting.policy.repair else None
     repair = _repair_view(ladder, findings, readings, now, previous)
     saved = read_json(state_dir / ACTION_FILE)
