@@ -60,12 +60,16 @@ def run_mode(mode: str, work: Path, engines: list[Engine], args: argparse.Namesp
              seqs: int) -> dict[str, Any]:
     states = {e.name: {"serving": True, "in_rotation": True, "address": "127.0.0.1",
                        "port": e.port, "max_num_seqs": seqs, "agent_port": 0} for e in engines}
-    # "affinity:200": affinity with hash-balance-factor 200 (else --hash-balance-factor).
+    # "affinity:200": affinity with hash-balance-factor 200 (else --hash-balance-factor);
+    # "affinity-load": affinity placed by load and remembered (gateway_affinity_placement).
     balance_mode, _, factor = mode.partition(":")
     variables = base_vars(work / mode)
     (work / mode).mkdir(exist_ok=True)
     variables["gateway_servers"] = [s.as_dict() for s in backends.select(states).servers]
-    variables["gateway_balance"] = balance_mode
+    variables["gateway_balance"] = "affinity" if balance_mode.startswith("affinity") else \
+        balance_mode
+    variables["gateway_affinity_placement"] = "load" if balance_mode == "affinity-load" else \
+        "hash"
     variables["gateway_hash_balance_factor"] = int(factor or args.hash_balance_factor)
     out: dict[str, Any] = {"mode": mode}
     with haproxy(work / mode, variables) as gw:
@@ -172,7 +176,8 @@ def main() -> int:
                         help="affinity's load bound (gateway_hash_balance_factor)")
     parser.add_argument("--modes", default="leastconn,affinity",
                         help="comma-separated gateway_balance values to run; affinity:F "
-                             "runs affinity with hash-balance-factor F")
+                             "runs affinity with hash-balance-factor F; affinity-load[:F] "
+                             "places by load and remembers (gateway_affinity_placement)")
     parser.add_argument("--out", type=Path, help="write routing.json here")
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}

@@ -61,6 +61,7 @@ def base_vars(workdir: Path) -> dict:
         # No jail: chroot needs root (the chroot test sets one).
         "gateway_chroot": "",
         "gateway_balance": "leastconn", "gateway_hash_balance_factor": 125,
+        "gateway_affinity_placement": "hash", "gateway_affinity_idle": "30m",
         "gateway_max_connections_per_source": 256,
     }
 

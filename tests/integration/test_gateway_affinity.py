@@ -14,6 +14,7 @@ import json
 import shutil
 import socket
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -286,9 +287,115 @@ def test_gateways_agree_on_each_conversations_node_and_a_new_node_moves_only_its
             recorder.close()
 
 
+class HoldingNode(Recorder):
+    """A Recorder whose requests with an X-Hold header wait, once arrived, until release():
+    requests in flight on a node of the test's choosing."""
+
+    def __init__(self) -> None:
+        self.release_all = threading.Event()
+        super().__init__()
+        handler = self.server.RequestHandlerClass
+        node = self
+
+        class Holding(handler):  # type: ignore[misc, valid-type]
+            def _answer(self) -> None:
+                if self.headers.get("x-hold"):
+                    length = int(self.headers.get("content-length") or 0)
+                    self.rfile.read(length)
+                    node.routes.append(self.headers.get("x-onecat-route"))
+                    node.release_all.wait(30)
+                    self.send_response(200)
+                    self.send_header("content-length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                    return
+                super()._answer()
+
+            do_GET = do_POST = _answer
+
+        self.server.RequestHandlerClass = Holding
+
+    def close(self) -> None:
+        self.release_all.set()
+        super().close()
+
+
+def test_placement_by_load_remembers_the_node_and_leaves_it_when_full_or_out(
+        tmp_path: Path) -> None:
+    """Issue 51, item 1 (gateway_affinity_placement: load): a new conversation goes to the
+    least loaded node; its later turns follow the stick table to that node; a home above the
+    load bound sends the turn elsewhere and the table learns the new home; a drained home's
+    conversations move, and only they; requests without a key are never remembered."""
+    nodes = {name: HoldingNode() for name in ("node-a", "node-b", "node-c")}
+    held: list[threading.Thread] = []
+    try:
+        variables = affinity_vars(tmp_path, {n: r.port for n, r in nodes.items()})
+        variables["gateway_affinity_placement"] = "load"
+        text = render(variables)
+        assert "onecat_keyless" not in text and "backend onecat_home_node-a" in text
+        with haproxy(tmp_path, variables) as gw:
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: all(s.status.startswith("UP")
+                                          for s in servers(runtime.stat(), "onecat_nodes")))
+            url = gw.url + "/v1/chat/completions"
+
+            def send(key: str, hold: bool = False) -> str:
+                before = {n: len(r.routes) for n, r in nodes.items()}
+                headers = {"X-Session-Id": key, **({"X-Hold": "1"} if hold else {})}
+                body = {"model": MODEL, "messages": conversation(0, 1)}
+                if hold:
+                    held.append(threading.Thread(target=post, args=(url, body, headers),
+                                                 daemon=True))
+                    held[-1].start()
+                else:
+                    post(url, body, headers)
+                assert wait_until(lambda: sum(len(r.routes) for r in nodes.values())
+                                  > sum(before.values()), timeout=10)
+                (name,) = [n for n, r in nodes.items() if len(r.routes) > before[n]]
+                return name
+
+            homes = {f"c{i}": send(f"c{i}") for i in range(9)}
+            assert set(homes.values()) == set(nodes), homes  # idle nodes share first turns
+            assert all(send(key) == home for key, home in homes.items())
+            # One request in flight on node-a and one on node-b: a new one goes to node-c.
+            on = {n: [k for k, h in homes.items() if h == n] for n in nodes}
+            for name in ("node-a", "node-b"):
+                assert send(on[name][0], hold=True) == name
+            assert send("new") == "node-c"
+            # The bound (HAProxy's, with this request counted): ceil(in flight x 125 / 300).
+            # A second on node-a is within it (1 < ceil(3 x 1.25 / 3) = 2); a third is not
+            # (2 of 4 in flight): it goes by load, and the table learns its new home.
+            assert send(on["node-a"][0], hold=True) == "node-a"
+            moved = on["node-a"][1]
+            assert send(moved, hold=True) == "node-c"
+            for node in nodes.values():
+                node.release_all.set()
+            for thread in held:
+                thread.join(10)
+            # The table is written when the answer comes (HAProxy commits store-request
+            # entries in its response analyser): the next turn goes to the new home.
+            assert send(moved) == "node-c"
+            # A drained node's conversations move; the others stay where they are.
+            runtime.set_state("onecat_nodes", "node-b", "drain")
+            after = {key: send(key) for key in homes if key != moved}
+            assert all(after[k] != "node-b" for k in after), after
+            assert all(after[k] == homes[k] for k in after if homes[k] != "node-b"), after
+            # Requests without a key: by load, and never in the table.
+            def remembered() -> int:
+                return runtime.command("show table onecat_nodes").count("\n0x")
+
+            assert remembered() == len(homes) + 1  # and "new"
+            post(gw.url + "/v1/completions", {"model": MODEL, "prompt": "p"})
+            assert remembered() == len(homes) + 1
+    finally:
+        for node in nodes.values():
+            node.close()
+
+
 @pytest.mark.parametrize(("extra", "named"), [
     ("onecat_gateway_balance=roundrobin", "gateway_balance"),
     ("onecat_gateway_hash_balance_factor=100", "gateway_hash_balance_factor"),
+    ("onecat_gateway_affinity_placement=random", "gateway_affinity_placement"),
 ])
 def test_the_role_refuses_a_bad_balance_before_writing(tmp_path: Path, extra: str,
                                                        named: str) -> None:
