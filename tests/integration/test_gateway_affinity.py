@@ -334,6 +334,8 @@ def test_placement_by_load_remembers_the_node_and_leaves_it_when_full_or_out(
         text = render(variables)
         assert "onecat_keyless" not in text and "backend onecat_home_node-a" in text
         with haproxy(tmp_path, variables) as gw:
+            checked = gw.check(text)
+            assert checked.returncode == 0 and "rule" not in checked.stdout + checked.stderr
             runtime = Runtime(gw.socket)
             assert wait_until(lambda: all(s.status.startswith("UP")
                                           for s in servers(runtime.stat(), "onecat_nodes")))
