@@ -62,6 +62,7 @@ def base_vars(workdir: Path) -> dict:
         "gateway_chroot": "",
         "gateway_balance": "leastconn", "gateway_hash_balance_factor": 125,
         "gateway_affinity_placement": "hash", "gateway_affinity_idle": "30m",
+        "gateway_affinity_peer_port": free_port(),
         "gateway_max_connections_per_source": 256,
     }
 

@@ -389,6 +389,18 @@ def test_placement_by_load_remembers_the_node_and_leaves_it_when_full_or_out(
             assert remembered() == len(homes) + 1  # and "new"
             post(gw.url + "/v1/completions", {"model": MODEL, "prompt": "p"})
             assert remembered() == len(homes) + 1
+            # A reload hands the table to the new process (the local peer), once the running
+            # one has finished its initial resync (resync_timeout 3 s, then "<PAST>").
+            assert wait_until(lambda: "resync_timeout=<PAST>" in runtime.command("show peers"),
+                              timeout=15), runtime.command("show peers")
+            runtime.set_state("onecat_nodes", "node-b", "ready")
+            gw.reload()
+            runtime = Runtime(gw.socket)
+            assert wait_until(lambda: remembered() == len(homes) + 1, timeout=10), \
+                runtime.command("show table onecat_nodes")
+            assert wait_until(lambda: all(s.status.startswith("UP")
+                                          for s in servers(runtime.stat(), "onecat_nodes")))
+            assert {key: send(key) for key in after} == after
     finally:
         for node in nodes.values():
             node.close()
