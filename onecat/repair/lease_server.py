@@ -51,11 +51,13 @@ import stat
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from onecat.gateway import runtime
+from onecat.gateway.share import fetch_stats
 
 from . import floor, lease
 
@@ -140,12 +142,17 @@ class Service:
                  log: Callable[[str], None] | None = None,
                  save: Callable[[str, str], None] = save_atomically, min_in_rotation: int = 0,
                  rotation: Callable[[], set[str]] | None = None,
-                 retiring: bytes | None = None) -> None:
+                 retiring: bytes | None = None,
+                 other_gateways: list[tuple[str, Callable[[], set[str]]]] | None = None) -> None:
         self.state_path = state_path
         # The floor (/v1/out): the fewest nodes an automatic drain leaves in rotation, and
         # what reads the rotation (None: no gateway here, every way out is granted).
         self.min_in_rotation = min_in_rotation
         self.rotation = rotation
+        # Each other gateway's rotation (its stats page), by the name the log and the answer
+        # give it: the floor holds at every gateway, since each has its own clients and may see
+        # a node another does not (a network path down between one gateway and one node).
+        self.other_gateways = list(other_gateways or [])
         self.going_out = lease.Book()
         self.max_parallel = max_parallel
         self.min_ttl_s = min_ttl_s
@@ -280,15 +287,23 @@ class Service:
             now = self.clock()
             self.going_out, _ = lease.drop_expired(self.going_out, now)
             if self.rotation is not None and self.min_in_rotation > 0:
-                try:
-                    serving = self.rotation()
-                except (OSError, ValueError, runtime.RuntimeApiError) as error:
-                    why = f"the gateway's rotation cannot be read: {printable(error)}"
-                    self.log(f"refused out node={node} reason={shown!r}: {why}")
-                    return 503, {**answer, "granted": False, "why": why, "error": why}
+                views = [("", self.rotation), *self.other_gateways]
                 others = {held.node for held in self.going_out.leases if held.node != node}
-                granted, why = floor.decide(node, serving, others, self.min_in_rotation)
-                answer.update(granted=granted, why=why, in_rotation=sorted(serving))
+                for gateway, read in views:
+                    at = f" at gateway {gateway}" if gateway else ""
+                    try:
+                        serving = read()
+                    except (OSError, ValueError, runtime.RuntimeApiError) as error:
+                        whose = f"the rotation{at}" if gateway else "the gateway's rotation"
+                        why = f"{whose} cannot be read: {printable(error)}"
+                        self.log(f"refused out node={node} reason={shown!r}: {why}")
+                        return 503, {**answer, "granted": False, "why": why, "error": why}
+                    granted, why = floor.decide(node, serving, others, self.min_in_rotation)
+                    if not gateway:
+                        answer["in_rotation"] = sorted(serving)
+                    answer.update(granted=granted, why=why + at)
+                    if not granted:
+                        break
             if answer["granted"]:
                 self.going_out, _ = lease.take(self.going_out, node, reason, ttl, now,
                                                len(self.going_out.leases) + 1)
@@ -491,6 +506,15 @@ def haproxy_rotation(socket_path: str, backend: str) -> Callable[[], set[str]]:
     return read
 
 
+def stats_rotation(url: str, backend: str) -> Callable[[], set[str]]:
+    """What reads another gateway's rotation from its stats page (onecat_admin's /stats, CSV):
+    the servers it sends requests to. OSError or ValueError when it cannot be read."""
+    def read() -> set[str]:
+        states = runtime.rotation(runtime.parse_stat(fetch_stats(url, timeout=5.0)), backend)
+        return {name for name, status in states.items() if runtime.in_rotation(status)}
+    return read
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """HOST:PORT or [IPV6]:PORT; argparse's error otherwise."""
     host, sep, port = text.rpartition(":")
@@ -498,6 +522,14 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"{printable(text, 80)!r} is not HOST:PORT")
     return host, int(port)
+
+
+def _stats_url(text: str) -> str:
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{printable(text, 80)!r} is not an http(s) URL of a "
+                                         "gateway's stats page (http://GATEWAY:8404/stats)")
+    return text
 
 
 def _count(text: str) -> int:
@@ -540,6 +572,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--admin-socket", default="",
                        help="this host's HAProxy admin socket, read for the rotation")
     serve.add_argument("--backend", default="onecat_nodes", help="the nodes' back end")
+    serve.add_argument("--other-gateway-stats", action="append", default=[], metavar="URL",
+                       type=_stats_url,
+                       help="another gateway's stats page (http://GW:8404/stats): the floor "
+                            "must hold there too (repeat for each)")
     token = commands.add_parser("token", help="print a node's (or the admin's) token")
     token.add_argument("--secret-file", required=True)
     who = token.add_mutually_exclusive_group(required=True)
@@ -578,7 +614,10 @@ def main(argv: list[str] | None = None) -> int:
     service = Service(args.state, secret, bound, min_ttl_s=args.min_ttl,
                       min_in_rotation=minimum, retiring=retiring,
                       rotation=haproxy_rotation(args.admin_socket, args.backend)
-                      if args.admin_socket else None)
+                      if args.admin_socket else None,
+                      other_gateways=[(urllib.parse.urlsplit(url).netloc or url,
+                                       stats_rotation(url, args.backend))
+                                      for url in args.other_gateway_stats])
     try:
         server = make_server(args.listen, service)
     except OSError as error:
@@ -589,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"in repair at once, {len(service.book.leases)} lease(s) held, a floor of "
                 f"{minimum} node(s) in rotation"
                 + (f" at {args.admin_socket}" if args.admin_socket else " (no gateway read)")
+                + "".join(f" and at {url}" for url in args.other_gateway_stats)
                 + (", the retiring secret's tokens still open" if retiring else ""))
     try:
         server.serve_forever()

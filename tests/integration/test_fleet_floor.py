@@ -132,3 +132,49 @@ def test_a_power_brake_on_the_last_nodes_keeps_them_in_a_lost_gpu_does_not(
     finally:
         for engine in engines:
             engine.stop()
+
+
+def test_the_floor_holds_at_a_second_gateway_read_from_its_stats_page(tmp_path: Path) -> None:
+    """Issue 46: with two gateways, the lease server reads the second one's stats page (its
+    onecat_admin front end, as --other-gateway-stats does). The second gateway has node-b in
+    maint (its path to node-b is down, say): node-a may not leave, though the first gateway
+    would keep node-b; once the second sees node-b again, node-a may."""
+    from gateway_harness import Recorder, base_vars
+
+    from onecat.gateway import backends
+    from onecat.repair import lease_server
+
+    nodes = {name: Recorder() for name in ("node-a", "node-b")}
+    try:
+        states = {n: {"serving": True, "in_rotation": True, "address": "127.0.0.1",
+                      "port": r.port, "max_num_seqs": 4, "agent_port": 0}
+                  for n, r in nodes.items()}
+        folders = [tmp_path / "gw-1", tmp_path / "gw-2"]
+        variables = []
+        for folder in folders:
+            folder.mkdir()
+            variables.append({**base_vars(folder), "gateway_servers": [
+                s.as_dict() for s in backends.select(states).servers]})
+        with haproxy(folders[0], variables[0]) as first, \
+                haproxy(folders[1], variables[1]) as second:
+            for gw in (first, second):
+                runtime = Runtime(gw.socket)
+                assert wait_until(lambda runtime=runtime: all(
+                    in_rotation(s) for s in rotation(runtime.stat(), "onecat_nodes").values()))
+            Runtime(second.socket).set_state("onecat_nodes", "node-b", "maint")
+            service = lease_server.Service(
+                str(tmp_path / "leases.json"), b"s" * 32, 1, min_ttl_s=1,
+                log=lambda line: None, min_in_rotation=1,
+                rotation=lease_server.haproxy_rotation(first.socket, "onecat_nodes"),
+                other_gateways=[("gw-2", lease_server.stats_rotation(
+                    second.admin_url + "/stats", "onecat_nodes"))])
+            body = json.dumps({"node": "node-a", "reason": "hot", "ttl_s": 1}).encode()
+            bearer = f"Bearer {lease_server.token_for(b's' * 32, 'node-a')}"
+            status, answer = service.handle("POST", "/v1/out", bearer, body)
+            assert status == 409 and answer["why"].endswith("at gateway gw-2"), answer
+            Runtime(second.socket).set_state("onecat_nodes", "node-b", "ready")
+            status, answer = service.handle("POST", "/v1/out", bearer, body)
+            assert status == 200, answer
+    finally:
+        for node in nodes.values():
+            node.close()

@@ -24,12 +24,12 @@ SECRET = "gateway-secret-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMN"
 UNIT = Path("/etc/systemd/system/onecat-repair-lease.service")
 
 
-def run(tmp_path: Path, play: str, *extra: str, gateway: bool = True
-        ) -> subprocess.CompletedProcess:
+def run(tmp_path: Path, play: str, *extra: str, gateway: bool = True,
+        other_gateways: dict | None = None) -> subprocess.CompletedProcess:
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     groups = {"v100": {"hosts": {"node-1": local, "node-2": local, "node-3": local}}}
     if gateway:
-        groups["gateway"] = {"hosts": {"gw": local}}
+        groups["gateway"] = {"hosts": {"gw": local, **(other_gateways or {})}}
     inventory = {"all": {"children": groups}}
     (tmp_path / "inv.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text(play)
@@ -145,6 +145,33 @@ def test_the_gateway_side_in_check_mode_writes_nothing(tmp_path) -> None:
     assert "+http://192.0.2.10:8043" in output
     assert not (tmp_path / "state").exists() and not (tmp_path / "opt").exists()
     assert UNIT.exists() == existed
+
+
+FIRST_GATEWAY_PLAY = GATEWAY_PLAY.replace("- hosts: gateway", "- hosts: gw")
+
+
+def test_the_floor_reads_each_other_gateway_whose_admin_page_it_can_reach(tmp_path) -> None:
+    """Issue 46: the floor holds at every gateway. The lease server (on the first gateway host)
+    is given each other gateway's stats page, where that gateway binds its admin port to more
+    than loopback; one whose admin address could reach the unit's command line is refused."""
+    others = {"gw-2": {"ansible_host": "192.0.2.11",
+                       "onecat_gateway_admin_bind_address": "0.0.0.0"},
+              "gw-3": {"ansible_host": "192.0.2.12"},  # admin on loopback: not readable
+              "gw-4": {"onecat_gateway_admin_bind_address": "198.51.100.4",
+                       "onecat_gateway_admin_port": 9404}}
+    proc = run(tmp_path, FIRST_GATEWAY_PLAY, "--check", "--diff",
+               "-e", "onecat_repair_lease_address=192.0.2.10", other_gateways=others)
+    assert proc.returncode == 0, said(proc)[-3000:]
+    output = said(proc)
+    assert "--other-gateway-stats http://192.0.2.11:8404/stats --other-gateway-stats " \
+        "http://198.51.100.4:9404/stats" in output
+    assert "192.0.2.12" not in output
+    hostile = {"gw-2": {"ansible_host": "192.0.2.11 --min-in-rotation 0",
+                        "onecat_gateway_admin_bind_address": "0.0.0.0"}}
+    proc = run(tmp_path, FIRST_GATEWAY_PLAY, "--check",
+               "-e", "onecat_repair_lease_address=192.0.2.10", other_gateways=hostile)
+    assert proc.returncode != 0
+    assert "gw-2 has an admin address" in said(proc) and "nothing was written" in said(proc)
 
 
 def test_check_mode_on_an_earlier_releases_gateway_host_passes_before_its_user_exists(

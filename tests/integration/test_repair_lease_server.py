@@ -330,7 +330,8 @@ def test_the_roles_unit_runs_the_server_it_describes(tmp_path) -> None:
         __gateway_repair_lease_secret_file=str(secret), gateway_fleet_min_in_rotation="25%",
         __gateway_repair_lease_retiring_file=str(tmp_path / "secret.retiring"),
         gateway_read_socket=str(tmp_path / "read.sock"), gateway_repair_lease_user="onecat-lease",
-        gateway_repair_lease_state_dir=str(tmp_path), gateway_group="haproxy")
+        gateway_repair_lease_state_dir=str(tmp_path), gateway_group="haproxy",
+        __gateway_other_stats=[{"name": "gw-2", "host": "192.0.2.11", "port": 8404}])
     lines = dict(line.split("=", 1) for line in unit.splitlines()
                  if "=" in line and not line.startswith("#"))
     assert lines["Restart"] == "on-failure" and lines["Environment"] == f"PYTHONPATH={REPO}"
@@ -342,6 +343,7 @@ def test_the_roles_unit_runs_the_server_it_describes(tmp_path) -> None:
     argv = shlex.split(lines["ExecStart"])
     assert f"127.0.0.1:{port}" in argv
     assert argv[argv.index("--min-in-rotation") + 1] == "25%"
+    assert argv[argv.index("--other-gateway-stats") + 1] == "http://192.0.2.11:8404/stats"
     # The floor reads HAProxy's read-only socket, not the admin one.
     assert argv[argv.index("--admin-socket") + 1] == str(tmp_path / "read.sock")
     assert argv[argv.index("--retiring-secret-file") + 1] == str(tmp_path / "secret.retiring")

@@ -113,3 +113,35 @@ def test_every_floor_the_input_rule_lets_through_counts(spec, fleet) -> None:
     assert 0 <= floor.count(spec, fleet) <= max(fleet, int(spec) if str(spec).isdigit() else 0)
     for refused in ("100.5%", "101%", "150%"):
         assert floor_rule(refused) is not None
+
+
+def test_the_floor_holds_at_every_gateway_not_at_their_intersection(tmp_path) -> None:
+    """Several gateways (--other-gateway-stats): each has its own clients and may see a node
+    another does not. A node leaves only when every gateway keeps the floor without it. Here
+    this gateway sees a and b, the other b and c, and the floor is one: b may go (a stays
+    here, c there), which a floor on the nodes both see ({b}) would refuse; once b is going,
+    a may not leave this gateway and c may not leave the other."""
+    lines: list[str] = []
+    service = lease_server.Service(
+        str(tmp_path / "leases.json"), SECRET, 1, min_ttl_s=1, clock=lambda: 1000.0,
+        log=lines.append, min_in_rotation=1, rotation=lambda: {"a", "b"},
+        other_gateways=[("gw-2:8404", lambda: {"b", "c"})])
+    assert _out(service, "b")[0] == 200  # each gateway keeps one (a here, c there)
+    # b is going out now: a may not also leave this gateway, c not the other.
+    status, answer = _out(service, "a")
+    assert status == 409 and "floor" in answer["why"] and "gw-2" not in answer["why"]
+    status, answer = _out(service, "c")
+    assert status == 409 and answer["why"].endswith("at gateway gw-2:8404"), answer
+    assert answer["in_rotation"] == ["a", "b"]  # this gateway's view
+
+
+def test_another_gateway_that_cannot_be_read_keeps_the_node_in(tmp_path) -> None:
+    def unreadable() -> set[str]:
+        raise OSError("connection refused")
+    service = lease_server.Service(
+        str(tmp_path / "leases.json"), SECRET, 1, min_ttl_s=1, clock=lambda: 1000.0,
+        log=lambda line: None, min_in_rotation=1, rotation=lambda: {"a", "b"},
+        other_gateways=[("gw-2:8404", unreadable)])
+    status, answer = _out(service, "a")
+    assert status == 503 and answer["granted"] is False
+    assert answer["why"] == "the rotation at gateway gw-2:8404 cannot be read: connection refused"
