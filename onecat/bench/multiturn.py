@@ -275,7 +275,7 @@ async def run_multiturn(opts: MultiturnOptions) -> dict[str, Any]:
     headers = {"authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
     model = await _model(opts, endpoint, headers)
     ratio = await tokens_per_word(endpoint, headers, model, opts.seed)
-    tenants = max(1, opts.tenants)
+    tenants = max(1, min(opts.tenants, opts.conversations))  # a prompt per tenant in use
     systems = [system_prompt(opts.seed, round(opts.system_len / ratio), tenant)
                for tenant in range(tenants)]
     turn_words = max(1, round(opts.turn_len / ratio))

@@ -53,6 +53,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -283,19 +284,20 @@ class Service:
         shown = lease.clean_reason(reason)
         answer: dict[str, Any] = {"granted": True, "floor": self.min_in_rotation,
                                   "in_rotation": [], "why": "no floor: no gateway on this host"}
+        floored = self.rotation is not None and self.min_in_rotation > 0
+        # Read before the lock, every gateway at once: a gateway that does not answer costs
+        # one read's timeout (under the node's own), and never stalls the leases meanwhile.
+        views = self._read_views() if floored else []
         with self.lock:
             now = self.clock()
             self.going_out, _ = lease.drop_expired(self.going_out, now)
-            if self.rotation is not None and self.min_in_rotation > 0:
-                views = [("", self.rotation), *self.other_gateways]
+            if floored:
                 others = {held.node for held in self.going_out.leases if held.node != node}
-                for gateway, read in views:
+                for gateway, serving in views:
                     at = f" at gateway {gateway}" if gateway else ""
-                    try:
-                        serving = read()
-                    except (OSError, ValueError, runtime.RuntimeApiError) as error:
+                    if isinstance(serving, Exception):
                         whose = f"the rotation{at}" if gateway else "the gateway's rotation"
-                        why = f"{whose} cannot be read: {printable(error)}"
+                        why = f"{whose} cannot be read: {printable(serving)}"
                         self.log(f"refused out node={node} reason={shown!r}: {why}")
                         return 503, {**answer, "granted": False, "why": why, "error": why}
                     granted, why = floor.decide(node, serving, others, self.min_in_rotation)
@@ -310,6 +312,23 @@ class Service:
         self.log(f"{'granted' if answer['granted'] else 'refused'} out node={node} "
                  f"reason={shown!r}: {answer['why']}")
         return (200 if answer["granted"] else 409), answer
+
+    def _read_views(self) -> list[tuple[str, set[str] | Exception]]:
+        """This gateway's rotation ("") and each other gateway's, read side by side; a view
+        that cannot be read is its error."""
+        readers = [("", self.rotation), *self.other_gateways] if self.rotation else []
+
+        def read(reader: Callable[[], set[str]]) -> set[str] | Exception:
+            try:
+                return reader()
+            except (OSError, ValueError, runtime.RuntimeApiError) as error:
+                return error
+
+        if len(readers) == 1:
+            return [("", read(readers[0][1]))]
+        with ThreadPoolExecutor(max_workers=len(readers)) as pool:
+            results = list(pool.map(read, [reader for _, reader in readers]))
+        return [(name, result) for (name, _), result in zip(readers, results, strict=True)]
 
     # One request -------------------------------------------------------------------------
 
@@ -510,7 +529,8 @@ def stats_rotation(url: str, backend: str) -> Callable[[], set[str]]:
     """What reads another gateway's rotation from its stats page (onecat_admin's /stats, CSV):
     the servers it sends requests to. OSError or ValueError when it cannot be read."""
     def read() -> set[str]:
-        states = runtime.rotation(runtime.parse_stat(fetch_stats(url, timeout=5.0)), backend)
+        # 3 s: under the 5 s a node waits for its answer (onecat/repair/lease_client.py).
+        states = runtime.rotation(runtime.parse_stat(fetch_stats(url, timeout=3.0)), backend)
         return {name for name, status in states.items() if runtime.in_rotation(status)}
     return read
 

@@ -388,6 +388,9 @@ def test_placement_by_load_remembers_the_node_and_leaves_it_when_full_or_out(
 
             assert remembered() == len(homes) + 1  # and "new"
             post(gw.url + "/v1/completions", {"model": MODEL, "prompt": "p"})
+            # A client's own X-Onecat-Route is dropped: it writes nothing into the table.
+            post(gw.url + "/v1/completions", {"model": MODEL, "prompt": "p"},
+                 {"X-Onecat-Route": "F" * 64})
             assert remembered() == len(homes) + 1
             # A reload hands the table to the new process (the local peer), once the running
             # one has finished its initial resync (resync_timeout 3 s, then "<PAST>").

@@ -158,14 +158,18 @@ def test_the_floor_reads_each_other_gateway_whose_admin_page_it_can_reach(tmp_pa
                        "onecat_gateway_admin_bind_address": "0.0.0.0"},
               "gw-3": {"ansible_host": "192.0.2.12"},  # admin on loopback: not readable
               "gw-4": {"onecat_gateway_admin_bind_address": "198.51.100.4",
-                       "onecat_gateway_admin_port": 9404}}
+                       "onecat_gateway_admin_port": 9404},
+              "gw-5": {"onecat_gateway_admin_bind_address": "[::1]"},  # loopback too
+              "gw-6": {"ansible_host": "192.0.2.16", "onecat_gateway_admin_bind_address": "*"},
+              "gw-7": {"onecat_gateway_admin_bind_address": "[2001:db8::7]"}}
     proc = run(tmp_path, FIRST_GATEWAY_PLAY, "--check", "--diff",
                "-e", "onecat_repair_lease_address=192.0.2.10", other_gateways=others)
     assert proc.returncode == 0, said(proc)[-3000:]
     output = said(proc)
-    assert "--other-gateway-stats http://192.0.2.11:8404/stats --other-gateway-stats " \
-        "http://198.51.100.4:9404/stats" in output
-    assert "192.0.2.12" not in output
+    urls = re.findall(r"--other-gateway-stats (\S+)", output)
+    assert urls == ["http://192.0.2.11:8404/stats", "http://198.51.100.4:9404/stats",
+                    "http://192.0.2.16:8404/stats", "http://[2001:db8::7]:8404/stats"], urls
+    assert "192.0.2.12" not in output and "::1" not in output
     hostile = {"gw-2": {"ansible_host": "192.0.2.11 --min-in-rotation 0",
                         "onecat_gateway_admin_bind_address": "0.0.0.0"}}
     proc = run(tmp_path, FIRST_GATEWAY_PLAY, "--check",
@@ -192,8 +196,9 @@ def test_check_mode_on_an_earlier_releases_gateway_host_passes_before_its_user_e
 
 
 def test_a_lease_port_the_gateway_already_uses_is_refused(tmp_path) -> None:
-    for port in ("8000", "8404", "70000"):
-        proc = run(tmp_path, GATEWAY_PLAY, "-e", f"onecat_repair_lease_port={port}")
+    load = ["-e", "onecat_gateway_balance=affinity", "-e", "onecat_gateway_affinity_placement=load"]
+    for port, extra in (("8000", []), ("8404", []), ("70000", []), ("8405", load)):
+        proc = run(tmp_path, GATEWAY_PLAY, "-e", f"onecat_repair_lease_port={port}", *extra)
         assert proc.returncode != 0, port
         assert "gateway_repair_lease_port" in said(proc) and "nothing was written" in said(proc)
     assert not (tmp_path / "state").exists()
