@@ -517,22 +517,22 @@ def make_server(listen: tuple[str, int], service: Service) -> Server:
     return Server(listen, handler)
 
 
+def _serving(rows: list[dict[str, str]], backend: str) -> set[str]:
+    """The back end's servers HAProxy sends requests to (UP, not DRAIN/MAINT/DOWN)."""
+    return {name for name, status in runtime.rotation(rows, backend).items()
+            if runtime.in_rotation(status)}
+
+
 def haproxy_rotation(socket_path: str, backend: str) -> Callable[[], set[str]]:
-    """What reads the servers this host's HAProxy sends requests to (UP, not DRAIN/MAINT/DOWN)."""
-    def read() -> set[str]:
-        states = runtime.rotation(runtime.Runtime(socket_path).stat(), backend)
-        return {name for name, status in states.items() if runtime.in_rotation(status)}
-    return read
+    """What reads the servers this host's HAProxy sends requests to, from its socket."""
+    return lambda: _serving(runtime.Runtime(socket_path).stat(), backend)
 
 
 def stats_rotation(url: str, backend: str) -> Callable[[], set[str]]:
     """What reads another gateway's rotation from its stats page (onecat_admin's /stats, CSV):
     the servers it sends requests to. OSError or ValueError when it cannot be read."""
-    def read() -> set[str]:
-        # 3 s: under the 5 s a node waits for its answer (onecat/repair/lease_client.py).
-        states = runtime.rotation(runtime.parse_stat(fetch_stats(url, timeout=3.0)), backend)
-        return {name for name, status in states.items() if runtime.in_rotation(status)}
-    return read
+    # 3 s: under the 5 s a node waits for its answer (onecat/repair/lease_client.py).
+    return lambda: _serving(runtime.parse_stat(fetch_stats(url, timeout=3.0)), backend)
 
 
 def parse_listen(text: str) -> tuple[str, int]:

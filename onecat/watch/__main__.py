@@ -16,7 +16,7 @@ from pathlib import Path
 
 from onecat.answers.likelihood import FIRST_MAX_NLL, REL_TOLERANCE
 from onecat.answers.prompts import read as read_prompts
-from onecat.files import write_atomic
+from onecat.files import read_json, write_atomic
 from onecat.health import gpu_lock
 from onecat.health.judge import ERROR
 from onecat.health.nvml import LIB_RM_VERSION_MISMATCH, NvmlUnavailable
@@ -151,11 +151,7 @@ def _release(args: argparse.Namespace) -> int:
         # From the read to the last write: a look deciding meanwhile would write its older
         # state over this one (action_lock.py).
         with action_lock.held(args.state_dir):
-            try:
-                saved = json.loads(path.read_text()) if path.exists() else None
-            except (OSError, ValueError):
-                saved = None
-            decided = act.release(saved if isinstance(saved, dict) else None, time.time())
+            decided = act.release(read_json(path), time.time())
             write_atomic(path, json.dumps(decided.state, sort_keys=True) + "\n", 0o600)
             if args.agent_file is not None:
                 answer_agent(args.agent_file, decided.answer, decided.state)
@@ -186,10 +182,7 @@ def _request_repair(args: argparse.Namespace) -> int:
 
 def _order_repair_held(args: argparse.Namespace, acting: Acting, ladder: Ladder) -> int:
     path = args.state_dir / ACTION_FILE
-    try:
-        saved = json.loads(path.read_text()) if path.exists() else None
-    except (OSError, ValueError):
-        saved = None
+    saved = read_json(path)
     mode = act.saved_mode(saved)
     if acting.floor is not None and mode == act.IN and not args.ignore_floor:
         granted, why = acting.floor("a repair ordered by an operator")
@@ -199,7 +192,7 @@ def _order_repair_held(args: argparse.Namespace, acting: Acting, ladder: Ladder)
                   "repair --all) to take it out anyway", file=sys.stderr)
             return EXIT_FINDINGS
     now = time.time()
-    decided = act.request_repair(saved if isinstance(saved, dict) else None, now, acting.policy)
+    decided = act.request_repair(saved, now, acting.policy)
     try:
         if decided.start_repair is not None:
             decided = order_repair(ladder, decided, now)
